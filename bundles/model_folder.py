@@ -1,0 +1,158 @@
+"""Model folders as CNCF ModelPack artifacts: one uncompressed layer per file.
+
+Walking a folder is where path safety lives: a symlink that leaves the folder, a special file, a
+name that is not plain UTF-8 or one with ``..`` is refused before any byte is read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from sealift import media_types
+from sealift.descriptors import canonical_json
+from sealift.errors import InputError
+from sealift.hashing import sha256_bytes
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".onnx", ".h5", ".msgpack")
+_DOC_SUFFIXES = (".md", ".txt", ".rst", ".pdf")
+_CODE_SUFFIXES = (".py",)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of a model folder: its path in the folder, where to read it, its size."""
+
+    relative_path: str
+    path: Path
+    size: int
+
+    @property
+    def media_type(self) -> str:
+        """The ModelPack layer type for this file."""
+        lower = self.relative_path.lower()
+        name = lower.rsplit("/", 1)[-1]
+        if lower.endswith(_WEIGHT_SUFFIXES):
+            return media_types.MODEL_WEIGHT_RAW
+        if name.startswith(("license", "readme", "notice")) or lower.endswith(_DOC_SUFFIXES):
+            return media_types.MODEL_DOC_RAW
+        if lower.endswith(_CODE_SUFFIXES):
+            return media_types.MODEL_CODE_RAW
+        return media_types.MODEL_WEIGHT_CONFIG_RAW
+
+
+def _excluded(relative: str, patterns: tuple[str, ...]) -> bool:
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(relative, pattern):
+            return True
+        if pattern.endswith("/**") and (relative + "/").startswith(pattern[:-2]):
+            return True
+    return False
+
+
+def list_model_files(folder: Path, *, exclude: tuple[str, ...] = ()) -> tuple[ModelFile, ...]:
+    """The files of a model folder, sorted by path, after the safety checks."""
+    if not folder.is_dir():
+        raise InputError(
+            f"model folder {folder} does not exist", hint="check models[].path in the bundle file"
+        )
+    root = folder.resolve()
+    found: list[ModelFile] = []
+    for current, dirnames, filenames in os.walk(folder, followlinks=False):
+        for dirname in list(dirnames):
+            full = Path(current) / dirname
+            relative = full.relative_to(folder).as_posix()
+            if _excluded(relative, exclude):
+                dirnames.remove(dirname)
+            elif full.is_symlink():
+                raise InputError(
+                    f"model folder {folder}: {relative} is a symlinked folder",
+                    hint="copy the folder's real files in; linked folders are not followed",
+                )
+        dirnames.sort()
+        for filename in sorted(filenames):
+            full = Path(current) / filename
+            relative = full.relative_to(folder).as_posix()
+            if _excluded(relative, exclude):
+                continue
+            if "\\" in relative or any(p in ("", ".", "..") for p in relative.split("/")):
+                raise InputError(f"model folder {folder}: unsafe file name {relative!r}")
+            info = full.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                target = full.resolve()
+                if not target.is_relative_to(root):
+                    raise InputError(
+                        f"model folder {folder}: {relative} is a symlink leaving the folder"
+                        f" (to {target})",
+                        hint="copy the real file into the folder (e.g. download with --local-dir)",
+                    )
+                info = target.stat()
+                full = target
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(
+                    f"model folder {folder}: {relative} is not a regular file",
+                    hint="a model folder holds only regular files",
+                )
+            found.append(ModelFile(relative_path=relative, path=full, size=info.st_size))
+    if not found:
+        raise InputError(f"model folder {folder} has no files", hint="check models[].path")
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class ModelArtifact:
+    """The ModelPack config and manifest for a model whose files have been hashed."""
+
+    config: bytes
+    manifest: bytes
+
+
+def build_model_artifact(
+    name: str, version: str, files: tuple[ModelFile, ...], digests: dict[str, str]
+) -> ModelArtifact:
+    """Config and manifest for ``files``; ``digests`` maps relative path to sha256 digest."""
+    config = canonical_json(
+        {
+            "descriptor": {"name": name, "version": version},
+            "config": {"format": _format_of(files)},
+            "modelfs": {"type": "layers", "diffIds": [digests[f.relative_path] for f in files]},
+        }
+    )
+    layers = [
+        {
+            "mediaType": f.media_type,
+            "digest": digests[f.relative_path],
+            "size": f.size,
+            "annotations": {media_types.MODEL_FILEPATH_ANNOTATION: f.relative_path},
+        }
+        for f in files
+    ]
+    manifest = canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": media_types.OCI_MANIFEST,
+            "artifactType": media_types.MODEL_ARTIFACT,
+            "config": {
+                "mediaType": media_types.MODEL_CONFIG,
+                "digest": sha256_bytes(config),
+                "size": len(config),
+            },
+            "layers": layers,
+            "annotations": {
+                "org.opencontainers.image.title": name,
+                "org.opencontainers.image.version": version,
+            },
+        }
+    )
+    return ModelArtifact(config=config, manifest=manifest)
+
+
+def _format_of(files: tuple[ModelFile, ...]) -> str:
+    suffixes = {f.relative_path.rsplit(".", 1)[-1].lower() for f in files if "." in f.relative_path}
+    for candidate in ("safetensors", "gguf", "onnx", "bin", "pt"):
+        if candidate in suffixes:
+            return candidate
+    return "unknown"

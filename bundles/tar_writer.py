@@ -1,0 +1,247 @@
+"""Writes a bundle as one uncompressed tar stream, cut into parts while it is written.
+
+No second copy on disk: each blob streams from its source straight into the tar, hashed once
+for its digest and once for the part it lands in. Blobs whose digest is known up front are
+stored at ``blobs/sha256/<hex>``. A model file's digest is only known after it has streamed, and
+a tar header comes before its data, so model files are stored under a readable path
+(``models/NAME/VERSION/FILE``) and their ``blobs/sha256/<hex>`` names are hard links appended at
+the end: extracted, the tar is a plain OCI layout; read in place, the offset index resolves the
+links. Parts are written as ``.partial`` and renamed when full; the parts index comes last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from sealift.bundles import layout
+from sealift.bundles.directory_writer import fsync_directory, write_atomically
+from sealift.errors import InputError, ResourceError
+from sealift.hashing import CopyResult, Sink, copy_stream, sha256_bytes
+
+BLOCK = tarfile.BLOCKSIZE
+HEADER_ALLOWANCE = 3 * BLOCK  # a PAX header and the ustar header, rounded up
+SPACE_MARGIN = 16 * 1024 * 1024
+
+
+def _header(name: str, size: int, *, link_to: str | None = None) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if link_to is not None:
+        info.type = tarfile.LNKTYPE
+        info.linkname = link_to
+        info.size = 0
+    else:
+        info.size = size
+    return info.tobuf(format=tarfile.PAX_FORMAT, encoding="utf-8", errors="strict")
+
+
+class _PartStream:
+    """A byte sink that fills parts of at most ``part_size`` bytes, hashing each part."""
+
+    def __init__(self, base: Path, part_size: int | None) -> None:
+        self.base = base
+        self.part_size = part_size
+        self.parts: list[dict[str, object]] = []
+        self.written = 0
+        self._handle: BinaryIO | None = None
+        self._hasher = hashlib.sha256()
+        self._in_part = 0
+        self._path: Path | None = None
+
+    def _final_path(self) -> Path:
+        if self.part_size is None:
+            return self.base
+        return self.base.with_name(layout.part_name(self.base.name, len(self.parts)))
+
+    def _open(self) -> None:
+        self._path = self._final_path()
+        partial = self._path.with_name(self._path.name + layout.PARTIAL_SUFFIX)
+        self._handle = partial.open("wb")
+        self._hasher = hashlib.sha256()
+        self._in_part = 0
+
+    def _close_part(self) -> None:
+        assert self._handle is not None and self._path is not None
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        partial = self._path.with_name(self._path.name + layout.PARTIAL_SUFFIX)
+        os.replace(partial, self._path)
+        self.parts.append(
+            {"name": self._path.name, "size": self._in_part, "sha256": self._hasher.hexdigest()}
+        )
+        self._handle = None
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while len(view):
+            if self._handle is None:
+                self._open()
+            assert self._handle is not None
+            room = len(view) if self.part_size is None else self.part_size - self._in_part
+            piece = view[:room]
+            self._handle.write(piece)
+            self._hasher.update(piece)
+            self._in_part += len(piece)
+            self.written += len(piece)
+            view = view[len(piece) :]
+            if self.part_size is not None and self._in_part >= self.part_size:
+                self._close_part()
+
+    def finish(self) -> None:
+        if self._handle is not None:
+            self._close_part()
+
+    def partial_paths(self) -> list[Path]:
+        """Every file this stream created, finished or not."""
+        paths = [self.base.with_name(str(p["name"])) for p in self.parts]
+        if self._path is not None:
+            paths.append(self._path.with_name(self._path.name + layout.PARTIAL_SUFFIX))
+        return paths
+
+    def abort(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        for path in self.partial_paths():
+            path.unlink(missing_ok=True)
+
+
+class TarWriter:
+    """A :class:`BundleWriter` producing ``NAME.tar`` or ``NAME.tar.000 …`` + ``.parts.json``."""
+
+    concurrent = False
+
+    def __init__(self, output: Path, *, part_size: int | None = None) -> None:
+        self.output = output
+        self.part_size = part_size
+        if part_size is not None and part_size < 1024 * 1024:
+            raise InputError(
+                f"--split {part_size} is too small", hint="parts must be at least 1MiB"
+            )
+        existing = [output, Path(layout.parts_index_name(str(output)))]
+        existing += [output.with_name(layout.part_name(output.name, 0))]
+        for path in existing:
+            if path.exists():
+                raise InputError(
+                    f"output {path} already exists", hint="remove it or choose another -o"
+                )
+        if not output.parent.is_dir():
+            raise InputError(
+                f"output folder {output.parent} does not exist", hint="create it first"
+            )
+        self._stream = _PartStream(output, part_size)
+        self._written: set[str] = set()
+        self._links: dict[str, str] = {}
+
+    def has_blob(self, digest: str, size: int) -> bool:
+        return digest in self._written or digest in self._links
+
+    def bytes_needed(self, sizes: Sequence[tuple[str | None, int]]) -> int:
+        total = SPACE_MARGIN
+        seen: set[str] = set()
+        for digest, size in sizes:
+            if digest is not None and digest in seen:
+                continue
+            if digest is not None:
+                seen.add(digest)
+            total += size + HEADER_ALLOWANCE + BLOCK
+        return total
+
+    def check_space(self, needed: int) -> None:
+        """Refuse to start when the output filesystem cannot hold the whole tar."""
+        free = shutil.disk_usage(self.output.parent).free
+        if free < needed:
+            raise ResourceError(
+                f"output {self.output.parent} has {free} bytes free, the bundle needs {needed}",
+                hint="free some space, or write parts to larger media",
+            )
+
+    def _pad(self, size: int) -> None:
+        remainder = size % BLOCK
+        if remainder:
+            self._stream.write(bytes(BLOCK - remainder))
+
+    def write_blob(
+        self,
+        source: BinaryIO,
+        *,
+        digest: str | None,
+        size: int,
+        what: str,
+        data_name: str | None = None,
+        extra_sinks: Sequence[Sink] = (),
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> CopyResult:
+        if digest is not None:
+            name = layout.blob_name(digest)
+        elif data_name is not None:
+            name = data_name
+        else:
+            raise ValueError("a blob of unknown digest needs a data name")
+        self._stream.write(_header(name, size))
+        result = copy_stream(
+            source,
+            (self._stream, *extra_sinks),
+            expected_digest=digest,
+            expected_size=size,
+            what=what,
+            on_bytes=on_bytes,
+        )
+        self._pad(size)
+        if digest is not None:
+            self._written.add(digest)
+        elif result.digest not in self._written and result.digest not in self._links:
+            self._links[result.digest] = name
+        return result
+
+    def write_document(self, content: bytes) -> str:
+        digest = sha256_bytes(content)
+        if digest in self._written or digest in self._links:
+            return digest
+        self._stream.write(_header(layout.blob_name(digest), len(content)))
+        self._stream.write(content)
+        self._pad(len(content))
+        self._written.add(digest)
+        return digest
+
+    def commit(self, files: Sequence[tuple[str, bytes]]) -> list[str]:
+        for digest, target in sorted(self._links.items()):
+            self._stream.write(_header(layout.blob_name(digest), 0, link_to=target))
+        for name, content in files:
+            self._stream.write(_header(name, len(content)))
+            self._stream.write(content)
+            self._pad(len(content))
+        self._stream.write(bytes(2 * BLOCK))
+        self._stream.finish()
+        if self.part_size is None:
+            fsync_directory(self.output.parent)
+            return [str(self.output)]
+        index = {
+            "apiVersion": "sealift.dev/v1alpha1",
+            "kind": "BundleParts",
+            "tar": self.output.name,
+            "partSize": self.part_size,
+            "totalSize": self._stream.written,
+            "parts": self._stream.parts,
+        }
+        index_path = Path(layout.parts_index_name(str(self.output)))
+        write_atomically(index_path, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+        return [str(self.output.with_name(str(p["name"]))) for p in self._stream.parts] + [
+            str(index_path)
+        ]
+
+    def abort(self) -> None:
+        # Without a resume journal, partial tar parts cannot be reused: remove them all so
+        # nothing half-written is left looking like a bundle.
+        self._stream.abort()

@@ -1,0 +1,391 @@
+"""The one OCI distribution client: auth, TLS, retries, manifests and streaming blobs.
+
+Used to pull at ``bundle create`` and to push at ``install``. Blobs stream through a reader that
+resumes an interrupted download with a Range request, so the caller's hash keeps running across
+retries and nothing is buffered whole. TLS verification is passed on every request: requests
+ignores ``Session.verify`` when REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE is set.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+import urllib3.exceptions
+from requests.adapters import HTTPAdapter
+
+from sealift import media_types
+from sealift.docker_auth import Credentials
+from sealift.errors import InputError, IntegrityError, RemoteError
+from sealift.hashing import sha256_bytes
+from sealift.retry import Retryable, RetryPolicy
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+_CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
+_NETWORK_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.ReadTimeoutError,
+    ConnectionError,
+)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest or index exactly as the registry served it; its digest is of these bytes."""
+
+    content: bytes = field(repr=False)
+    media_type: str
+    digest: str
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.isdigit() else None
+
+
+class RegistryClient:
+    """A client for one registry host. Thread-safe: workers share its connection pool."""
+
+    def __init__(
+        self,
+        registry: str,
+        *,
+        plain_http: bool = False,
+        ca_file: str | None = None,
+        credentials: Credentials | None = None,
+        retry: RetryPolicy | None = None,
+        connections: int = 8,
+        timeout: tuple[float, float] = (10.0, 120.0),
+        on_retry: Callable[[str], None] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.base_url = f"{'http' if plain_http else 'https'}://{registry}"
+        self.plain_http = plain_http
+        self._verify: bool | str = True if ca_file is None else ca_file
+        self._credentials = credentials
+        self.retry = retry or RetryPolicy()
+        self._timeout = timeout
+        self._on_retry = on_retry
+        self._session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=2, pool_maxsize=max(connections, 2))
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+        self._session.headers["User-Agent"] = "sealift"
+        self._tokens: dict[str, str] = {}
+        self._basic = False
+        self._lock = threading.Lock()
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _fail_network(self, problem: BaseException) -> RemoteError:
+        text = str(problem)
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(problem, requests.exceptions.SSLError):
+            return RemoteError(
+                f"registry {self.registry}: TLS certificate not trusted",
+                hint="pass the registry's CA with --ca-file, or --plain-http HOST for plain http",
+            )
+        if "wrong version number" in text or "record layer failure" in text:
+            return RemoteError(
+                f"registry {self.registry} does not speak TLS",
+                hint=f"if it is a plain-http registry, pass --plain-http {self.registry}",
+            )
+        reason = type(problem).__name__
+        if "Connection refused" in text:
+            reason = "connection refused"
+        elif isinstance(problem, requests.Timeout):
+            reason = "timed out"
+        return RemoteError(
+            f"registry {self.registry} is unreachable ({reason})",
+            hint="check the address, the port and that the registry is running",
+        )
+
+    def _auth_header(self, scope: str) -> dict[str, str]:
+        with self._lock:
+            token = self._tokens.get(scope)
+            if token:
+                return {"Authorization": f"Bearer {token}"}
+            if self._basic and self._credentials:
+                return {}
+        return {}
+
+    def _basic_auth(self) -> tuple[str, str] | None:
+        if self._basic and self._credentials:
+            return (self._credentials.username, self._credentials.password)
+        return None
+
+    def _authenticate(self, response: requests.Response, scope: str) -> None:
+        challenge = response.headers.get("WWW-Authenticate", "")
+        scheme = challenge.split(" ", 1)[0].lower()
+        if scheme == "basic":
+            if not self._credentials:
+                raise RemoteError(
+                    f"registry {self.registry} requires a login",
+                    hint="docker login / podman login, or pass --authfile",
+                )
+            with self._lock:
+                self._basic = True
+            return
+        if scheme != "bearer":
+            raise RemoteError(
+                f"registry {self.registry} asks for unsupported auth {scheme or 'none'!r}",
+                hint="sealift speaks basic and bearer-token auth",
+            )
+        params = dict(_CHALLENGE_PARAM.findall(challenge))
+        realm = params.get("realm")
+        if not realm:
+            raise RemoteError(f"registry {self.registry} sent a bearer challenge without a realm")
+        query = {"service": params.get("service", ""), "scope": params.get("scope") or scope}
+        auth = None
+        if self._credentials and self._credentials.identity_token:
+            answer = self._session.post(
+                realm,
+                data={
+                    "grant_type": "refresh_token",
+                    "refresh_token": self._credentials.identity_token,
+                    "client_id": "sealift",
+                    **query,
+                },
+                verify=self._verify,
+                timeout=self._timeout,
+            )
+        else:
+            if self._credentials:
+                auth = (self._credentials.username, self._credentials.password)
+            answer = self._session.get(
+                realm, params=query, auth=auth, verify=self._verify, timeout=self._timeout
+            )
+        if answer.status_code in (401, 403):
+            raise RemoteError(
+                f"registry {self.registry} refused the credentials",
+                hint="log in again (docker login / podman login) or check --authfile",
+            )
+        if answer.status_code != 200:
+            raise RemoteError(
+                f"registry {self.registry}: token service answered {answer.status_code}",
+                hint="check the registry's auth service",
+            )
+        body = answer.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise RemoteError(f"registry {self.registry}: token service sent no token")
+        with self._lock:
+            self._tokens[scope] = token
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        scope: str,
+        ok: tuple[int, ...] = (200,),
+        headers: dict[str, str] | None = None,
+        stream: bool = False,
+        data: Any = None,
+        what: str = "",
+    ) -> requests.Response:
+        """Send one request with auth and retries; return a response whose status is in ``ok``.
+
+        ``data`` must be re-sendable (bytes or a factory's result) because a retry sends it again.
+        Statuses outside ``ok`` that are not transient are returned too when listed by the caller
+        through ``ok``; everything else becomes a :class:`RemoteError`.
+        """
+        url = path if path.startswith("http") else self.base_url + path
+
+        def attempt() -> requests.Response:
+            for _ in range(2):  # the second pass runs after an auth challenge was answered
+                all_headers = {**self._auth_header(scope), **(headers or {})}
+                body = data() if callable(data) else data
+                try:
+                    response = self._session.request(
+                        method,
+                        url,
+                        headers=all_headers,
+                        auth=self._basic_auth(),
+                        data=body,
+                        stream=stream,
+                        verify=self._verify,
+                        timeout=self._timeout,
+                        allow_redirects=True,
+                    )
+                except requests.exceptions.SSLError as problem:
+                    raise self._fail_network(problem) from problem
+                except _NETWORK_ERRORS as problem:
+                    if "Connection refused" in str(problem) and method != "PATCH":
+                        raise self._fail_network(problem) from problem
+                    raise Retryable(f"{type(problem).__name__}") from problem
+                if response.status_code == 401 and 401 not in ok:
+                    response.close()
+                    self._authenticate(response, scope)
+                    continue
+                if response.status_code in ok:
+                    return response
+                response.close()
+                if response.status_code in _TRANSIENT_STATUS:
+                    raise Retryable(f"HTTP {response.status_code}", after=_retry_after(response))
+                if response.status_code in (401, 403):
+                    raise RemoteError(
+                        f"registry {self.registry} denied {method} {what or path}"
+                        f" (HTTP {response.status_code})",
+                        hint="check that the credentials have the right permissions",
+                    )
+                raise RemoteError(
+                    f"registry {self.registry}: {method} {what or path} failed"
+                    f" with HTTP {response.status_code}",
+                    hint="check the reference and the registry's logs",
+                )
+            raise RemoteError(
+                f"registry {self.registry} kept asking for authentication",
+                hint="check the credentials and the token service",
+            )
+
+        def note(attempt_number: int, problem: Retryable) -> None:
+            if self._on_retry:
+                self._on_retry(f"{self.registry}: {problem.reason}, retry {attempt_number}")
+
+        try:
+            return self.retry.run(attempt, on_retry=note)
+        except Retryable as problem:
+            cause = problem.__cause__
+            if isinstance(cause, BaseException) and not isinstance(cause, Retryable):
+                raise self._fail_network(cause) from problem
+            raise RemoteError(
+                f"registry {self.registry}: {method} {what or path} still failing after"
+                f" {self.retry.attempts} attempts ({problem.reason})",
+                hint="the registry is overloaded or failing; try again later",
+            ) from problem
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Check that the registry answers the distribution API and accepts the credentials."""
+        self.request("GET", "/v2/", scope="", what="/v2/")
+
+    def get_manifest(self, repository: str, reference: str) -> Manifest:
+        """Fetch a manifest or index by tag or digest; a digest reference is verified."""
+        response = self.request(
+            "GET",
+            f"/v2/{repository}/manifests/{reference}",
+            scope=f"repository:{repository}:pull",
+            headers={"Accept": media_types.MANIFEST_ACCEPT},
+            ok=(200, 404),
+            what=f"{repository}:{reference}",
+        )
+        if response.status_code == 404:
+            raise InputError(
+                f"image {self.registry}/{repository}:{reference} not found",
+                hint="check the repository and tag with skopeo list-tags or the registry's UI",
+            )
+        content = response.content
+        if len(content) > MAX_MANIFEST_BYTES:
+            raise IntegrityError(f"manifest of {repository}:{reference} is too large")
+        digest = sha256_bytes(content)
+        if reference.startswith("sha256:") and digest != reference:
+            raise IntegrityError(
+                f"registry {self.registry} served {repository}@{reference} with digest {digest}",
+                hint="the registry or a proxy altered the manifest",
+            )
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return Manifest(content=content, media_type=media_type, digest=digest)
+
+    def blob_size(self, repository: str, digest: str) -> int | None:
+        """Size of a blob if the registry has it in ``repository``, else None (HEAD)."""
+        response = self.request(
+            "HEAD",
+            f"/v2/{repository}/blobs/{digest}",
+            scope=f"repository:{repository}:pull",
+            ok=(200, 404),
+            what=f"blob {digest}",
+        )
+        if response.status_code == 404:
+            return None
+        return int(response.headers.get("Content-Length", "0"))
+
+    def open_blob(self, repository: str, digest: str, size: int) -> io.RawIOBase:
+        """A streaming reader for a blob that resumes by Range after a dropped connection."""
+        return _ResumingBlobReader(self, repository, digest, size)
+
+
+class _ResumingBlobReader(io.RawIOBase):
+    """Reads one blob; on a network fault it re-opens at the current offset with Range."""
+
+    def __init__(self, client: RegistryClient, repository: str, digest: str, size: int) -> None:
+        super().__init__()
+        self._client = client
+        self._repository = repository
+        self._digest = digest
+        self._size = size
+        self._position = 0
+        self._response: requests.Response | None = None
+        self._failures = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _open(self) -> None:
+        headers = {"Range": f"bytes={self._position}-"} if self._position else {}
+        response = self._client.request(
+            "GET",
+            f"/v2/{self._repository}/blobs/{self._digest}",
+            scope=f"repository:{self._repository}:pull",
+            ok=(200, 206, 404),
+            headers=headers,
+            stream=True,
+            what=f"blob {self._digest}",
+        )
+        if response.status_code == 404:
+            response.close()
+            raise InputError(
+                f"registry {self._client.registry}: blob {self._digest} of {self._repository}"
+                " is missing",
+                hint="the image in the registry is incomplete; push it again",
+            )
+        if self._position and response.status_code == 200:
+            # No Range support: skip what the caller already has.
+            skip = self._position
+            while skip:
+                data = response.raw.read(min(skip, 1 << 20))
+                if not data:
+                    break
+                skip -= len(data)
+        self._response = response
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        if self._position >= self._size:
+            return 0
+        while True:
+            try:
+                if self._response is None:
+                    self._open()
+                assert self._response is not None
+                count = self._response.raw.readinto(buffer)
+                if count == 0:
+                    raise urllib3.exceptions.ProtocolError("connection closed before the end")
+                self._position += count
+                return count
+            except _NETWORK_ERRORS as problem:
+                if self._response is not None:
+                    self._response.close()
+                    self._response = None
+                self._failures += 1
+                if self._failures >= self._client.retry.attempts:
+                    raise RemoteError(
+                        f"registry {self._client.registry}: download of {self._digest} kept"
+                        f" failing at byte {self._position} ({type(problem).__name__})",
+                        hint="check the network to the registry and try again",
+                    ) from problem
+                time.sleep(self._client.retry.delay(self._failures))
+
+    def close(self) -> None:
+        if self._response is not None:
+            self._response.close()
+            self._response = None
+        super().close()

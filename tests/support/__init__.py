@@ -1,0 +1,1 @@
+"""Test-support helpers: real loopback servers and small, real, deterministic test content."""
