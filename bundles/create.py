@@ -116,7 +116,10 @@ def _chart_warnings(chart: ChartPackage, image_names: set[str]) -> list[str]:
         except InputError:
             warnings.append(f"chart {chart.name} names image {image!r}, which sealift cannot parse")
             continue
-        if reference.name not in image_names:
+        # A vendor often pulls from its own mirror (registry/prefix/nvidia/x): match by suffix.
+        if not any(
+            name == reference.name or name.endswith("/" + reference.name) for name in image_names
+        ):
             warnings.append(
                 f"chart {chart.name} {chart.version} names image {image},"
                 " which is not in the bundle"

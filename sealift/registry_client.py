@@ -224,6 +224,12 @@ class RegistryClient:
                     raise Retryable(f"{type(problem).__name__}") from problem
                 if response.status_code == 401 and 401 not in ok:
                     response.close()
+                    if self._basic or "Authorization" in all_headers:
+                        # Credentials were sent and refused: asking again will not help.
+                        raise RemoteError(
+                            f"registry {self.registry} refused the credentials",
+                            hint="log in again (docker login / podman login) or check --authfile",
+                        )
                     self._authenticate(response, scope)
                     continue
                 if response.status_code in ok:
