@@ -74,17 +74,20 @@ class ProgressTask:
             return
         if self._reporter.mode != "log":
             return
-        percent = 100.0 * self.done / self.total if self.total else 100.0
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        verb = {"start": "started", "progress": "", "end": "done"}[event]
-        line = (
-            f"{self.label}: {format_bytes(self.done)} of {format_bytes(self.total)} "
-            f"({percent:.0f}%), {format_bytes(rate)}/s"
-        )
-        if event == "progress":
-            line += f", ETA {eta:.0f}s"
-        elif verb:
-            line += f", {verb} after {elapsed:.1f}s" if event == "end" else f" {verb}"
+        if event == "start":
+            line = f"{self.label}: started, {format_bytes(self.total)} to go"
+        elif event == "end":
+            line = (
+                f"{self.label}: done, {format_bytes(self.done)} in {elapsed:.1f}s"
+                f" ({format_bytes(rate)}/s)"
+            )
+        else:
+            percent = 100.0 * self.done / self.total if self.total else 100.0
+            eta = (self.total - self.done) / rate if rate > 0 else 0.0
+            line = (
+                f"{self.label}: {format_bytes(self.done)} of {format_bytes(self.total)}"
+                f" ({percent:.0f}%), {format_bytes(rate)}/s, ETA {eta:.0f}s"
+            )
         self._reporter.write(line)
 
     def close(self) -> None:

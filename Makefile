@@ -1,0 +1,54 @@
+# sealift: two commands set up everything on a fresh Debian machine.
+#   make demo   start a local registry, make small real images and a model, build, verify, inspect
+#   make test   install what the tests need and run every test
+# Caches and tools live under ignored folders (.venv, .cache) so warm runs are fast.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CACHE := .cache
+APT_PACKAGES := docker-registry skopeo apache2-utils time jq
+APT_STAMP := $(CACHE)/apt.stamp
+VENV_STAMP := $(CACHE)/venv.stamp
+
+.PHONY: all deps test lint demo bench clean
+
+all: test
+
+$(CACHE):
+	mkdir -p $(CACHE)
+
+# Debian packages: the real OCI registry (CNCF Distribution), skopeo for interop, htpasswd.
+$(APT_STAMP): | $(CACHE)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	touch $@
+
+$(VENV_STAMP): pyproject.toml | $(CACHE)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+deps: $(APT_STAMP) $(VENV_STAMP)
+
+lint: $(VENV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: deps lint
+	$(BIN)/pytest -q
+
+demo: deps
+	$(BIN)/python examples/demo.py
+
+bench: deps
+	$(BIN)/python bench/bench_create.py
+	$(BIN)/python bench/bench_verify.py
+
+clean:
+	rm -rf $(CACHE) demo-out bench/out .pytest_cache .ruff_cache
