@@ -8,6 +8,8 @@ the manifests, the SBOM, ``index.json`` and, last, the bundle manifest.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -21,6 +23,7 @@ from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_file import BundleSpec
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest
 from sealift.bundles.bundle_writer import BundleWriter
+from sealift.bundles.create_journal import CreateJournal
 from sealift.bundles.directory_writer import DirectoryWriter
 from sealift.bundles.helm_chart import ChartPackage, load_chart
 from sealift.bundles.image_sources import BlobTask, ResolvedImage, resolve_image
@@ -191,6 +194,40 @@ class _Copier:
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
 
+    def run_tar(self, tasks: list[BlobTask], journal: CreateJournal) -> None:
+        """Write blobs in plan order into the tar, skipping what an interrupted run made durable."""
+        writer = self.writer
+        assert isinstance(writer, TarWriter)
+        writer.keep_on_abort()
+        if journal.resuming:
+            writer.resume(journal.offset, journal.parts)
+            self.progress.note(f"resuming {self.options.output.name} from byte {journal.offset}")
+        total = sum(task.size for task in tasks)
+        with self.progress.task("copy", total) as bar:
+            for number, task in enumerate(tasks):
+                name = writer.entry_name(task.digest, task.data_name)
+                if task.digest is not None and writer.has_blob(task.digest, task.size):
+                    self.digests[number] = task.digest
+                    bar.update(task.size)
+                    continue
+                end = writer.position + writer.span(name, task.size)
+                if number in journal.digests and end <= journal.offset:
+                    digest = journal.digests[number]
+                    writer.skip_entry(name, task.size, digest)
+                    self.digests[number] = digest
+                    if task.scan:
+                        self.scans[digest] = journal.scans.get(digest)
+                    self.reused += task.size
+                    bar.update(task.size)
+                    continue
+                self._one(number, task, bar.update)
+                digest = self.digests[number]
+                journal.digests[number] = digest
+                if task.scan:
+                    journal.scans[digest] = self.scans.get(digest)
+                journal.offset, journal.parts = writer.checkpoint()
+                journal.save()
+
     def run(self, tasks: list[BlobTask]) -> None:
         pending = []
         for number, task in enumerate(tasks):
@@ -266,6 +303,22 @@ class _Copier:
                 self.scans[result.digest] = _finish_scan(scanner) if scanner is not None else None
 
 
+def _plan_key(plan: _Plan, options: CreateOptions) -> str:
+    """What a resumed tar must have been started from: the same entries in the same order."""
+    entries = [(task.digest or task.data_name, task.size) for task in plan.tasks]
+    document = {"version": __version__, "split": options.split, "entries": entries}
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _refuse_stale_parts(output: Path) -> None:
+    first = output.with_name(layout.part_name(output.name, 0))
+    if first.exists():
+        raise InputError(
+            f"output {first} exists but no resume journal does",
+            hint=f"remove {output.name}.* or choose another -o",
+        )
+
+
 def _finish_scan(scanner: BackgroundLayerScanner) -> LayerScan | None:
     """The scan's result, or None when the layer could not be scanned (zstd, not a tar): the
     SBOM then lists the layer as unscanned rather than failing the bundle."""
@@ -289,9 +342,18 @@ def create_bundle(spec: BundleSpec, options: CreateOptions, progress: Progress) 
             writer = DirectoryWriter(options.output, tmpdir=options.tmpdir)
         writer.check_space(writer.bytes_needed([(t.digest, t.size) for t in plan.tasks]))  # type: ignore[attr-defined]
         copier = _Copier(writer, options, progress)
-        copier.run(plan.tasks)
+        journal = None
+        if isinstance(writer, TarWriter):
+            journal = CreateJournal.for_output(options.output, _plan_key(plan, options))
+            if not journal.resuming:
+                _refuse_stale_parts(options.output)
+            copier.run_tar(plan.tasks, journal)
+        else:
+            copier.run(plan.tasks)
         manifest, files = _finish(spec, plan, copier, writer)
         paths = writer.commit(files)
+        if journal is not None:
+            journal.remove()
     except BaseException:
         if writer is not None:
             writer.abort()

@@ -8,6 +8,8 @@ complete: an interrupted create re-runs and keeps them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
@@ -66,13 +68,33 @@ class DirectoryWriter:
         self.blobs = root / layout.BLOBS_DIR
         self.blobs.mkdir(parents=True, exist_ok=True)
         self._own_work = tmpdir is None
-        self.work = Path(tempfile.mkdtemp(prefix="create-", dir=self._work_parent(tmpdir)))
+        self._lock = self._take_lock()
+        parent = self._work_parent(tmpdir)
+        # Partial blobs of a run killed with -9: only this output's, and only under the lock.
+        prefix = "create-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12] + "-"
+        for stale in parent.glob(prefix + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        self.work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         if os.stat(self.work).st_dev != os.stat(self.blobs).st_dev:
             shutil.rmtree(self.work, ignore_errors=True)
             raise InputError(
                 f"--tmpdir {tmpdir} is on another filesystem than {root}",
                 hint="put --tmpdir on the output's filesystem so blobs are renamed, not copied",
             )
+
+    def _take_lock(self) -> int:
+        """One create per output folder at a time; the lock dies with the process."""
+        path = self.root / f"{layout.WORK_DIR}.lock"
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError(
+                f"another sealift create is writing to {self.root}",
+                hint="wait for it to finish, or stop it before starting again",
+            ) from None
+        return fd
 
     def _work_parent(self, tmpdir: Path | None) -> Path:
         parent = tmpdir if tmpdir is not None else self.root / layout.WORK_DIR
@@ -166,3 +188,7 @@ class DirectoryWriter:
         if self._own_work:
             with contextlib.suppress(OSError):
                 (self.root / layout.WORK_DIR).rmdir()
+        with contextlib.suppress(OSError):
+            (self.root / f"{layout.WORK_DIR}.lock").unlink()
+        with contextlib.suppress(OSError):
+            os.close(self._lock)

@@ -53,10 +53,35 @@ class _PartStream:
         self.part_size = part_size
         self.parts: list[dict[str, object]] = []
         self.written = 0
+        # Bytes below this logical offset are already durable from an interrupted run.
+        self.durable = 0
         self._handle: BinaryIO | None = None
         self._hasher = hashlib.sha256()
         self._in_part = 0
         self._path: Path | None = None
+
+    def resume(self, offset: int, parts: list[dict[str, object]]) -> None:
+        """Continue an interrupted stream whose first ``offset`` bytes are durable on disk."""
+        self.durable = offset
+        self.parts = list(parts)
+        if self.part_size is None:
+            # One tar: cut the partial file back to the last durable point and append.
+            partial = self.base.with_name(self.base.name + layout.PARTIAL_SUFFIX)
+            with partial.open("r+b") as handle:
+                handle.truncate(offset)
+            self._path = self.base
+            self._handle = partial.open("ab")
+            self._in_part = offset
+
+    def checkpoint(self) -> tuple[int, list[dict[str, object]]]:
+        """A point up to which everything is durable: the last full part, or (one tar) now."""
+        if self.part_size is None:
+            if self._handle is not None:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+            return max(self.written, self.durable), []
+        done = sum(int(p["size"]) for p in self.parts)  # type: ignore[call-overload]
+        return max(done, self.durable), list(self.parts)
 
     def _final_path(self) -> Path:
         if self.part_size is None:
@@ -82,8 +107,17 @@ class _PartStream:
         )
         self._handle = None
 
+    def skip(self, count: int) -> None:
+        """Move past ``count`` bytes that an interrupted run already made durable."""
+        self.written += count
+
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
+        if self.written < self.durable:
+            # Re-streamed bytes of an entry that straddles the resume point: already on disk.
+            already = min(len(view), self.durable - self.written)
+            self.written += already
+            view = view[already:]
         while len(view):
             if self._handle is None:
                 self._open()
@@ -109,10 +143,15 @@ class _PartStream:
             paths.append(self._path.with_name(self._path.name + layout.PARTIAL_SUFFIX))
         return paths
 
-    def abort(self) -> None:
+    def abort(self, *, keep: bool) -> None:
+        """Stop writing; with ``keep`` durable parts stay for a re-run, else all is removed."""
         if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
             self._handle.close()
             self._handle = None
+        if keep:
+            return
         for path in self.partial_paths():
             path.unlink(missing_ok=True)
 
@@ -130,7 +169,8 @@ class TarWriter:
                 f"--split {part_size} is too small", hint="parts must be at least 1MiB"
             )
         existing = [output, Path(layout.parts_index_name(str(output)))]
-        existing += [output.with_name(layout.part_name(output.name, 0))]
+        if part_size is None:
+            existing += [output.with_name(layout.part_name(output.name, 0))]
         for path in existing:
             if path.exists():
                 raise InputError(
@@ -143,6 +183,46 @@ class TarWriter:
         self._stream = _PartStream(output, part_size)
         self._written: set[str] = set()
         self._links: dict[str, str] = {}
+        self._keep_on_abort = False
+
+    @property
+    def position(self) -> int:
+        """The logical offset in the tar stream that the next entry starts at."""
+        return self._stream.written
+
+    @staticmethod
+    def span(name: str, size: int) -> int:
+        """Bytes an entry occupies in the stream: header, data and padding."""
+        return len(_header(name, size)) + size + (-size % BLOCK)
+
+    @staticmethod
+    def entry_name(digest: str | None, data_name: str | None) -> str:
+        """The tar name of a blob: its digest path when known, else its readable data name."""
+        if digest is not None:
+            return layout.blob_name(digest)
+        if data_name is None:
+            raise ValueError("a blob of unknown digest needs a data name")
+        return data_name
+
+    def resume(self, offset: int, parts: list[dict[str, object]]) -> None:
+        """Continue a stream an interrupted run made durable up to ``offset``."""
+        self._stream.resume(offset, parts)
+
+    def skip_entry(self, name: str, size: int, digest: str) -> None:
+        """Account for an entry that is already durable from an interrupted run."""
+        self._stream.skip(self.span(name, size))
+        if name == layout.blob_name(digest):
+            self._written.add(digest)
+        elif digest not in self._written and digest not in self._links:
+            self._links[digest] = name
+
+    def checkpoint(self) -> tuple[int, list[dict[str, object]]]:
+        """A resume point: everything before the offset is durable (see ``_PartStream``)."""
+        return self._stream.checkpoint()
+
+    def keep_on_abort(self) -> None:
+        """Leave durable parts in place on abort, for a re-run to resume from."""
+        self._keep_on_abort = True
 
     def has_blob(self, digest: str, size: int) -> bool:
         return digest in self._written or digest in self._links
@@ -183,12 +263,7 @@ class TarWriter:
         extra_sinks: Sequence[Sink] = (),
         on_bytes: Callable[[int], None] | None = None,
     ) -> CopyResult:
-        if digest is not None:
-            name = layout.blob_name(digest)
-        elif data_name is not None:
-            name = data_name
-        else:
-            raise ValueError("a blob of unknown digest needs a data name")
+        name = self.entry_name(digest, data_name)
         self._stream.write(_header(name, size))
         result = copy_stream(
             source,
@@ -242,6 +317,6 @@ class TarWriter:
         ]
 
     def abort(self) -> None:
-        # Without a resume journal, partial tar parts cannot be reused: remove them all so
-        # nothing half-written is left looking like a bundle.
-        self._stream.abort()
+        # Durable parts stay only when a journal says how to resume from them; either way no
+        # parts index and no final tar name exist, so nothing looks like a finished bundle.
+        self._stream.abort(keep=self._keep_on_abort)
