@@ -256,8 +256,6 @@ class _Copier:
 
     def _rescan(self, task: BlobTask) -> LayerScan | None:
         # The blob is already in the bundle from an interrupted run: scan that local copy.
-        if task.media_type not in media_types.SCANNABLE_LAYERS:
-            return None
         if not isinstance(self.writer, DirectoryWriter) or task.digest is None:
             return None
         scanner = BackgroundLayerScanner(task.media_type)
@@ -277,7 +275,7 @@ class _Copier:
             on_bytes(count)
 
         scanner = None
-        if task.scan and task.media_type in media_types.SCANNABLE_LAYERS:
+        if task.scan:
             scanner = BackgroundLayerScanner(task.media_type)
         source: BinaryIO = task.open()
         try:

@@ -25,6 +25,8 @@ from types import TracebackType
 from typing import BinaryIO, Protocol
 from urllib.parse import quote
 
+from sealift import media_types
+
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
     "SCANNABLE_MEDIA_TYPES",
@@ -45,18 +47,8 @@ __all__ = [
 #: A dpkg status file for a few thousand packages is around 10 MiB.
 DEFAULT_MAX_FILE_SIZE = 32 * 1024 * 1024
 
-#: Layer media types this module can read: all are plain or gzip-compressed tar.
-SCANNABLE_MEDIA_TYPES: frozenset[str] = frozenset(
-    {
-        "application/vnd.oci.image.layer.v1.tar",
-        "application/vnd.oci.image.layer.v1.tar+gzip",
-        "application/vnd.oci.image.layer.nondistributable.v1.tar",
-        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-        "application/vnd.docker.image.rootfs.diff.tar",
-        "application/vnd.docker.image.rootfs.diff.tar.gzip",
-        "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
-    }
-)
+#: Layer media types this module can read: plain or gzip-compressed tar (one table for the project).
+SCANNABLE_MEDIA_TYPES: frozenset[str] = media_types.SCANNABLE_LAYERS
 
 ECOSYSTEMS = frozenset({"deb", "apk", "pypi"})
 

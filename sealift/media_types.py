@@ -50,7 +50,9 @@ IMAGE_LAYERS = frozenset(
     {OCI_LAYER, OCI_LAYER_GZIP, OCI_LAYER_ZSTD, DOCKER_LAYER, DOCKER_LAYER_GZIP}
 )
 # Layers whose bytes are a (possibly gzip-compressed) tar the SBOM scanner can read.
-SCANNABLE_LAYERS = frozenset({OCI_LAYER, OCI_LAYER_GZIP, DOCKER_LAYER, DOCKER_LAYER_GZIP})
+SCANNABLE_LAYERS = frozenset(
+    {OCI_LAYER, OCI_LAYER_GZIP, DOCKER_LAYER, DOCKER_LAYER_GZIP, DOCKER_FOREIGN_LAYER}
+)
 
 # What a registry is asked for when resolving a reference.
 MANIFEST_ACCEPT = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST))
