@@ -51,9 +51,15 @@ class ImageSpec:
 
 @dataclass(frozen=True)
 class ChartSpec:
-    """One Helm chart: a .tgz or a chart folder."""
+    """One Helm chart: a .tgz or a chart folder (``path``), or a chart in a registry (``ref``)."""
 
-    path: Path
+    path: Path | None = None
+    ref: ImageReference | None = None
+
+    @property
+    def origin(self) -> str:
+        """Where the chart comes from, for messages."""
+        return f"oci://{self.ref}" if self.ref is not None else str(self.path)
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,17 @@ def load_bundle_file(path: Path) -> BundleSpec:
         )
     _duplicate([image.name for image in images], path, "image name")
 
-    charts = tuple(ChartSpec(path=base / entry["path"]) for entry in document.get("charts") or [])
+    charts = tuple(
+        ChartSpec(path=base / entry["path"])
+        if "path" in entry
+        else ChartSpec(
+            ref=parse_reference(
+                entry["ref"].removeprefix("oci://").replace("+", "_"),
+                what=f"{path}: charts[{position}].ref",
+            )
+        )
+        for position, entry in enumerate(document.get("charts") or [])
+    )
     models = tuple(
         ModelSpec(
             name=entry["name"],

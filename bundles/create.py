@@ -25,7 +25,7 @@ from sealift.bundles.bundle_manifest import Artifact, BundleManifest
 from sealift.bundles.bundle_writer import BundleWriter
 from sealift.bundles.create_journal import CreateJournal
 from sealift.bundles.directory_writer import DirectoryWriter
-from sealift.bundles.helm_chart import ChartPackage, load_chart
+from sealift.bundles.helm_chart import ChartPackage, load_chart, pull_chart
 from sealift.bundles.image_sources import BlobTask, ResolvedImage, resolve_image
 from sealift.bundles.model_folder import ModelFile, build_model_artifact, list_model_files
 from sealift.bundles.package_scan import (
@@ -139,7 +139,13 @@ def _plan(
         progress.note(f"resolving image {image.name} from {image.origin}")
         plan.images.append(resolve_image(image, client_for=client_for, opened=opened))
     for chart_spec in spec.charts:
-        plan.charts.append(load_chart(chart_spec.path))
+        if chart_spec.ref is not None:
+            progress.note(f"pulling chart {chart_spec.origin}")
+            client = client_for(chart_spec.ref.registry)
+            plan.charts.append(pull_chart(client, chart_spec.ref))
+        else:
+            assert chart_spec.path is not None
+            plan.charts.append(load_chart(chart_spec.path))
     image_names = {image.name for image in spec.images}
     for chart in plan.charts:
         plan.warnings.extend(_chart_warnings(chart, image_names))

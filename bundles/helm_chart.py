@@ -12,16 +12,18 @@ import io
 import json
 import os
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
 from sealift import media_types
-from sealift.descriptors import canonical_json
+from sealift.descriptors import Descriptor, canonical_json, children_of, load_json
 from sealift.errors import InputError
-from sealift.hashing import sha256_bytes
+from sealift.hashing import copy_stream, sha256_bytes
+from sealift.image_reference import ImageReference
+from sealift.registry_client import RegistryClient
 
 MAX_CHART_BYTES = 64 * 1024 * 1024
 MAX_MEMBER_BYTES = 8 * 1024 * 1024
@@ -37,6 +39,8 @@ class ChartPackage:
     archive: bytes
     config: bytes
     images: tuple[str, ...]
+    # A chart pulled from a registry keeps the manifest it had there, so its digest is pinned.
+    source_manifest: bytes | None = None
 
     @property
     def ref(self) -> str:
@@ -44,7 +48,9 @@ class ChartPackage:
         return f"charts/{self.name}:{self.version.replace('+', '_')}"
 
     def manifest(self) -> bytes:
-        """The OCI manifest Helm itself would push for this chart."""
+        """The source registry's manifest, or the one Helm itself would push for this chart."""
+        if self.source_manifest is not None:
+            return self.source_manifest
         return canonical_json(
             {
                 "schemaVersion": 2,
@@ -184,6 +190,47 @@ def load_chart(path: Path) -> ChartPackage:
         raise InputError(
             f"chart {path} does not exist", hint="check charts[].path in the bundle file"
         )
+    return describe_chart(archive, path)
+
+
+def pull_chart(client: RegistryClient, reference: ImageReference) -> ChartPackage:
+    """Fetch a chart that ``helm push`` stored in a registry; its digests are verified."""
+    where = f"chart oci://{reference}"
+    manifest = client.get_manifest(reference.repository, reference.reference)
+    document = load_json(manifest.content, where=where)
+    children = children_of(manifest.content, media_types.OCI_MANIFEST, where=where)
+    charts = [layer for layer in children.layers if layer.media_type == media_types.HELM_CHART]
+    if (
+        children.config is None
+        or children.config.media_type != media_types.HELM_CONFIG
+        or len(charts) != 1
+    ):
+        raise InputError(
+            f"{where} is not a Helm chart (config {document.get('config', {}).get('mediaType')})",
+            hint="give the reference helm push printed, oci://host/repo/name:version",
+        )
+
+    def fetch(descriptor: Descriptor) -> bytes:
+        if descriptor.size > MAX_CHART_BYTES:
+            raise InputError(f"{where}: blob {descriptor.digest} is larger than a chart can be")
+        with client.open_blob(reference.repository, descriptor.digest, descriptor.size) as reader:
+            sink = io.BytesIO()
+            copy_stream(
+                reader,  # type: ignore[arg-type]
+                (sink,),
+                expected_digest=descriptor.digest,
+                expected_size=descriptor.size,
+                what=f"{where} blob {descriptor.digest}",
+            )
+        return sink.getvalue()
+
+    package = describe_chart(fetch(charts[0]), Path(where))
+    return replace(package, config=fetch(children.config), source_manifest=manifest.content)
+
+
+def describe_chart(archive: bytes, source: Path) -> ChartPackage:
+    """Describe a packaged chart: metadata, Helm config and the images its values name."""
+    path = source
     members = _read_members(archive, path)
     try:
         chart = yaml.safe_load(members["Chart.yaml"]) or {}

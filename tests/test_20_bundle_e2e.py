@@ -277,3 +277,54 @@ images:
     assert vllm["mediaType"] == media_types.OCI_INDEX
     assert sorted(vllm["platforms"]) == ["linux/amd64", "linux/arm64"]
     assert run_cli("bundle", "verify", str(tmp_path / "o"))["blobs"] > 6
+
+
+def test_a_chart_pulled_from_a_registry_keeps_its_digest(
+    bundle_dir: Path, registry: RegistryServer, tmp_path: Path
+) -> None:
+    chart = artifact(bundle_dir, "charts/gpu-operator:v26.7.0")
+    target = f"{registry.host}/e2e-charts/gpu-operator:v26.7.0"
+    subprocess.run(
+        [SKOPEO_BINARY, "--insecure-policy", "copy", "-q", "--preserve-digests",
+         "--dest-tls-verify=false", f"oci:{bundle_dir}:charts/gpu-operator:v26.7.0",
+         f"docker://{target}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    spec = tmp_path / "charts.yaml"
+    spec.write_text(
+        "apiVersion: sealift.dev/v1alpha1\nkind: Bundle\nmetadata: {name: c, version: '1'}\n"
+        f"charts:\n  - ref: oci://{target}\n"
+    )
+    run_cli(
+        "bundle",
+        "create",
+        "-f",
+        str(spec),
+        "-o",
+        str(tmp_path / "b"),
+        "--plain-http",
+        registry.host,
+    )
+    pulled = artifact(tmp_path / "b", "charts/gpu-operator:v26.7.0")
+    assert pulled["digest"] == chart["digest"]
+    assert run_cli("bundle", "verify", str(tmp_path / "b"))["ok"]
+    # An image is not a chart.
+    spec.write_text(
+        spec.read_text().replace(
+            "e2e-charts/gpu-operator:v26.7.0", "e2e/nvidia/gpu-operator:v26.7.0"
+        )
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "bundle",
+            "create",
+            "-f",
+            str(spec),
+            "-o",
+            str(tmp_path / "c"),
+            "--plain-http",
+            registry.host,
+        ],
+    )
+    assert result.exit_code == 2 and "is not a Helm chart" in result.stderr
