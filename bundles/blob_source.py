@@ -342,7 +342,8 @@ def read_parts_index(path: Path) -> tuple[PartInfo, ...]:
     for part in parts:
         if "/" in part.name or part.name in ("", ".", ".."):
             raise IntegrityError(
-                f"parts index {path} names a part outside its folder: {part.name!r}"
+                f"parts index {path} names a part outside its folder: {part.name!r}",
+                hint="the parts index is damaged or malicious; copy it again from the vendor",
             )
         candidate = path.parent / part.name
         if not candidate.is_file():
@@ -376,18 +377,20 @@ def open_bundle(path: Path) -> BlobSource:
     if index_path is not None:
         parts = read_parts_index(index_path)
         paths = [index_path.parent / part.name for part in parts]
-        base = text.removesuffix(layout.PARTS_INDEX_SUFFIX)
-        if _PART_NUMBER.match(base):
-            base = _PART_NUMBER.match(base).group(1)  # type: ignore[union-attr]
-        description = f"split tar bundle {Path(base).name} ({len(parts)} parts)"
+        name = index_path.name.removesuffix(layout.PARTS_INDEX_SUFFIX)
+        description = f"split tar bundle {name} ({len(parts)} parts)"
         return TarSource(paths, description=description, parts=parts)
+    base = _PART_NUMBER.match(text)
+    base_path = Path(base.group(1)) if base else path
+    if base_path.with_name(base_path.name + layout.JOURNAL_SUFFIX).exists() or any(
+        base_path.parent.glob(base_path.name + "*" + layout.PARTIAL_SUFFIX)
+    ):
+        raise InputError(
+            f"bundle {path} is incomplete: the create of {base_path.name} was interrupted",
+            hint="run bundle create again to finish it; it resumes where it stopped",
+        )
     if path.is_file():
         return TarSource([path], description=f"tar bundle {path}")
-    if path.with_name(path.name + layout.PARTIAL_SUFFIX).exists():
-        raise InputError(
-            f"bundle {path} is incomplete: only {path.name}{layout.PARTIAL_SUFFIX} exists",
-            hint="bundle create was interrupted; run it again",
-        )
     raise InputError(
         f"bundle {path} does not exist",
         hint="give the bundle directory, the .tar, or the first part of a split tar",

@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sealift.bundles import layout
 from sealift.bundles.directory_writer import write_atomically
 from sealift.bundles.package_scan import FoundPackage, LayerScan
 from sealift.errors import InputError
-
-JOURNAL_SUFFIX = ".journal.json"
 
 
 def _scan_to_dict(scan: LayerScan) -> dict[str, Any]:
@@ -55,7 +54,7 @@ class CreateJournal:
     @classmethod
     def for_output(cls, output: Path, plan_key: str) -> CreateJournal:
         """The journal of ``output``: loaded when an interrupted run left one, else new."""
-        path = output.with_name(output.name + JOURNAL_SUFFIX)
+        path = output.with_name(output.name + layout.JOURNAL_SUFFIX)
         if not path.exists():
             return cls(path=path, plan_key=plan_key)
         try:

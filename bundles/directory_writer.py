@@ -76,7 +76,7 @@ class DirectoryWriter:
             shutil.rmtree(stale, ignore_errors=True)
         self.work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         if os.stat(self.work).st_dev != os.stat(self.blobs).st_dev:
-            shutil.rmtree(self.work, ignore_errors=True)
+            self._cleanup()
             raise InputError(
                 f"--tmpdir {tmpdir} is on another filesystem than {root}",
                 hint="put --tmpdir on the output's filesystem so blobs are renamed, not copied",

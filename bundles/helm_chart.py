@@ -232,11 +232,18 @@ def describe_chart(archive: bytes, source: Path) -> ChartPackage:
     """Describe a packaged chart: metadata, Helm config and the images its values name."""
     path = source
     members = _read_members(archive, path)
-    try:
-        chart = yaml.safe_load(members["Chart.yaml"]) or {}
-        values = yaml.safe_load(members.get("values.yaml", b"")) or {}
-    except yaml.YAMLError as bad:
-        raise InputError(f"chart {path}: Chart.yaml or values.yaml is not valid YAML") from bad
+    parsed: dict[str, Any] = {}
+    for name in ("Chart.yaml", "values.yaml"):
+        try:
+            parsed[name] = yaml.safe_load(members.get(name, b"")) or {}
+        except yaml.YAMLError as bad:
+            mark = getattr(bad, "problem_mark", None)
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            raise InputError(
+                f"chart {path}: {name}{line} is not valid YAML",
+                hint=f"fix {name} and package the chart again",
+            ) from bad
+    chart, values = parsed["Chart.yaml"], parsed["values.yaml"]
     if not isinstance(chart, dict) or not chart.get("name") or not chart.get("version"):
         raise InputError(
             f"chart {path}: Chart.yaml lacks name or version", hint="see helm.sh/docs/topics/charts"

@@ -219,13 +219,19 @@ def _docker_archive(source: TarSource, spec: ImageSpec) -> tuple[_DocumentsProvi
             hint="create it with docker save or skopeo copy ... docker-archive:FILE",
         ) from bad
     if len(diff_ids) != len(layer_names):
-        raise IntegrityError(f"{source.description}: config and manifest disagree on layers")
+        raise IntegrityError(
+            f"{source.description}: config and manifest disagree on layers",
+            hint="the archive is damaged; export the image again with docker save",
+        )
     config_digest = sha256_bytes(config)
     layers = []
     blobs: dict[str, Callable[[], BinaryIO]] = {}
     for name, diff_id in zip(layer_names, diff_ids, strict=True):
         if not source.has(name):
-            raise IntegrityError(f"{source.description}: layer {name} is missing")
+            raise IntegrityError(
+                f"{source.description}: layer {name} is missing",
+                hint="the archive is incomplete; export the image again with docker save",
+            )
         layers.append(
             {"mediaType": media_types.OCI_LAYER, "digest": diff_id, "size": source.size(name)}
         )
@@ -370,7 +376,10 @@ def _walk(
         )
         children = children_of(kept_documents[manifest.digest], manifest_type, where=where)
         if children.config is None:
-            raise IntegrityError(f"{where}: manifest {manifest.digest} has no config")
+            raise IntegrityError(
+                f"{where}: manifest {manifest.digest} has no config",
+                hint="the source image is damaged; push or export it again",
+            )
         if manifest.platform:
             platforms.append(manifest.platform)
         blobs.append(

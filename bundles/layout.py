@@ -29,6 +29,7 @@ MODEL_DATA_DIR = "models"
 PART_SUFFIX_DIGITS = 3
 PARTS_INDEX_SUFFIX = ".parts.json"
 PARTIAL_SUFFIX = ".partial"
+JOURNAL_SUFFIX = ".journal.json"
 
 _BLOB_NAME = re.compile(r"^blobs/sha256/([0-9a-f]{64})$")
 _SIGNATURE_NAME = re.compile(r"^signatures/[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

@@ -79,7 +79,10 @@ def list_model_files(folder: Path, *, exclude: tuple[str, ...] = ()) -> tuple[Mo
             if _excluded(relative, exclude):
                 continue
             if "\\" in relative or any(p in ("", ".", "..") for p in relative.split("/")):
-                raise InputError(f"model folder {folder}: unsafe file name {relative!r}")
+                raise InputError(
+                    f"model folder {folder}: unsafe file name {relative!r}",
+                    hint="rename the file: names with backslashes or '..' cannot be carried",
+                )
             info = full.lstat()
             if stat.S_ISLNK(info.st_mode):
                 target = full.resolve()

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from sealift import __version__
-from sealift.errors import SealiftError
+from sealift.errors import InputError, SealiftError
 from sealift.progress import Progress
 from sealift.units import parse_size
 
@@ -100,7 +100,28 @@ JOBS = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+class _OneLineErrors(click.Group):
+    """Usage errors as one ``error: ... (hint: ...)`` line, like every other sealift error."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except click.ClickException as error:
+            command = error.ctx.command_path if getattr(error, "ctx", None) else "sealift"  # type: ignore[attr-defined]
+            message = " ".join(error.format_message().split())
+            click.echo(f"error: {message} (hint: see '{command} --help')", err=True)
+            sys.exit(error.exit_code)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(
+    cls=_OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
 @click.version_option(__version__, prog_name="sealift")
 def main() -> None:
     """sealift: carry a complete LLM serving stack into an air-gapped Kubernetes cluster."""
@@ -172,7 +193,9 @@ def bundle_create(
 
     spec = load_bundle_file(bundle_file)
     if split is not None and output.suffix != ".tar":
-        raise click.UsageError("--split needs a tar output: -o NAME.tar")
+        raise InputError(
+            f"--split needs a tar output, not {output}", hint="name the output NAME.tar"
+        )
     result = create_bundle(
         spec,
         CreateOptions(

@@ -82,7 +82,13 @@ def validate(document: Any, schema: dict[str, Any], *, source: str) -> None:
         return
     # The deepest error is the most precise one for a person to act on.
     error = max(errors, key=lambda e: len(e.absolute_path))
-    where = key_path(error.absolute_path)
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set((error.schema.get("properties") or {}).keys())
+        extra = sorted(str(k) for k in error.instance if k not in allowed)
+        if extra:
+            path.append(extra[0])
+    where = key_path(path)
     message = error.message
     if len(message) > 200:
         message = message[:200] + "..."

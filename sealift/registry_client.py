@@ -88,15 +88,16 @@ class RegistryClient:
 
     def _fail_network(self, problem: BaseException) -> RemoteError:
         text = str(problem)
-        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(problem, requests.exceptions.SSLError):
-            return RemoteError(
-                f"registry {self.registry}: TLS certificate not trusted",
-                hint="pass the registry's CA with --ca-file, or --plain-http HOST for plain http",
-            )
+        # A plain-http server answering a TLS hello also raises SSLError: test for it first.
         if "wrong version number" in text or "record layer failure" in text:
             return RemoteError(
                 f"registry {self.registry} does not speak TLS",
                 hint=f"if it is a plain-http registry, pass --plain-http {self.registry}",
+            )
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(problem, requests.exceptions.SSLError):
+            return RemoteError(
+                f"registry {self.registry}: TLS certificate not trusted",
+                hint="pass the registry's CA with --ca-file, or --plain-http HOST for plain http",
             )
         reason = type(problem).__name__
         if "Connection refused" in text:

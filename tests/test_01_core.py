@@ -159,7 +159,7 @@ def test_schema_errors_name_the_key_path() -> None:
     with pytest.raises(InputError) as caught:
         validate({"items": [{"ref": "x"}, {"reff": "y"}]}, schema, source="f.yaml")
     text = caught.value.one_line()
-    assert text.startswith("f.yaml: items[1]:") and "allowed keys here: ref" in text
+    assert text.startswith("f.yaml: items[1].reff:") and "allowed keys here: ref" in text
 
 
 def test_errors_are_one_line() -> None:
