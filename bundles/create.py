@@ -149,13 +149,6 @@ def _plan(
     image_names = {image.name for image in spec.images}
     for chart in plan.charts:
         plan.warnings.extend(_chart_warnings(chart, image_names))
-    seen: set[str] = set()
-    for resolved in plan.images:
-        for task in resolved.blobs:
-            assert task.digest is not None
-            if task.digest not in seen:
-                seen.add(task.digest)
-                plan.tasks.append(task)
     for model in spec.models:
         files = list_model_files(model.path, exclude=model.exclude)
         plan.models.append((model.name, model.version, files))
@@ -168,6 +161,7 @@ def _plan(
                     media_type=item.media_type,
                     open=lambda p=item.path: p.open("rb"),  # type: ignore[misc]
                     data_name=layout.model_data_name(model.name, model.version, item.relative_path),
+                    source_path=item.path,
                 )
             )
     for extra in spec.files:
@@ -181,8 +175,18 @@ def _plan(
                 media_type=media_types.FILE_LAYER,
                 open=lambda p=extra.path: p.open("rb"),  # type: ignore[misc]
                 data_name=layout.file_data_name(extra.name),
+                source_path=extra.path,
             )
         )
+    # Registry blobs last: local files go first, so a resumed run finds them done early and
+    # the network's slowness does not hold up the disk.
+    seen: set[str] = set()
+    for resolved in plan.images:
+        for task in resolved.blobs:
+            assert task.digest is not None
+            if task.digest not in seen:
+                seen.add(task.digest)
+                plan.tasks.append(task)
     return plan
 
 
@@ -236,12 +240,17 @@ class _Copier:
 
     def run(self, tasks: list[BlobTask]) -> None:
         pending = []
+        writer = self.writer
+        assert isinstance(writer, DirectoryWriter)
         for number, task in enumerate(tasks):
-            if task.digest is not None and self.writer.has_blob(task.digest, task.size):
-                self.digests[number] = task.digest
+            known = task.digest
+            if known is None and task.source_path is not None:
+                known = writer.remembered_digest(task.source_path, task.size)
+            if known is not None and writer.has_blob(known, task.size):
+                self.digests[number] = known
                 self.reused += task.size
                 if task.scan:
-                    self.scans[task.digest] = self._rescan(task)
+                    self.scans[known] = self._rescan(task)
                 continue
             pending.append((number, task))
         total = sum(task.size for _, task in pending)
@@ -300,6 +309,8 @@ class _Copier:
             raise
         finally:
             source.close()
+        if task.source_path is not None and isinstance(self.writer, DirectoryWriter):
+            self.writer.remember_digest(task.source_path, task.size, result.digest)
         with self._lock:
             self.digests[number] = result.digest
             self.copied += result.size

@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -67,7 +69,6 @@ class DirectoryWriter:
             )
         self.blobs = root / layout.BLOBS_DIR
         self.blobs.mkdir(parents=True, exist_ok=True)
-        self._own_work = tmpdir is None
         self._lock = self._take_lock()
         parent = self._work_parent(tmpdir)
         # Partial blobs of a run killed with -9: only this output's, and only under the lock.
@@ -75,12 +76,45 @@ class DirectoryWriter:
         for stale in parent.glob(prefix + "*"):
             shutil.rmtree(stale, ignore_errors=True)
         self.work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        self._cache_lock = threading.Lock()
+        self._cache_path = self.root / layout.WORK_DIR / "source-digests.json"
+        self._cache_path.parent.mkdir(exist_ok=True)
+        self._source_digests: dict[str, str] = {}
+        with contextlib.suppress(OSError, ValueError):
+            self._source_digests = dict(json.loads(self._cache_path.read_text()))
         if os.stat(self.work).st_dev != os.stat(self.blobs).st_dev:
             self._cleanup()
             raise InputError(
                 f"--tmpdir {tmpdir} is on another filesystem than {root}",
                 hint="put --tmpdir on the output's filesystem so blobs are renamed, not copied",
             )
+
+    def _source_key(self, path: Path, size: int) -> str | None:
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        if info.st_size != size:
+            return None
+        return f"{path.resolve()}|{info.st_size}|{info.st_mtime_ns}|{info.st_ino}"
+
+    def remembered_digest(self, path: Path, size: int) -> str | None:
+        """The digest an interrupted run computed for an unchanged local file, if any.
+
+        Keyed by path, size, mtime and inode as rsync and git do, so a resumed create does not
+        read a 140 GB model again to find out which of its blobs are already in place.
+        """
+        key = self._source_key(path, size)
+        return self._source_digests.get(key) if key else None
+
+    def remember_digest(self, path: Path, size: int, digest: str) -> None:
+        """Record a local file's digest for a resumed run (kept only until the bundle is done)."""
+        key = self._source_key(path, size)
+        if key is None:
+            return
+        with self._cache_lock:
+            self._source_digests[key] = digest
+            write_atomically(self._cache_path, json.dumps(self._source_digests).encode())
 
     def _take_lock(self) -> int:
         """One create per output folder at a time; the lock dies with the process."""
@@ -177,6 +211,8 @@ class DirectoryWriter:
         fsync_directory(self.blobs)
         for name, content in files:
             write_atomically(self.root / name, content)
+        # Done: the resume cache and anything a killed run left in the work folder go too.
+        shutil.rmtree(self.root / layout.WORK_DIR, ignore_errors=True)
         self._cleanup()
         return [str(self.root)]
 
@@ -185,9 +221,8 @@ class DirectoryWriter:
 
     def _cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
-        if self._own_work:
-            with contextlib.suppress(OSError):
-                (self.root / layout.WORK_DIR).rmdir()
+        with contextlib.suppress(OSError):
+            (self.root / layout.WORK_DIR).rmdir()
         with contextlib.suppress(OSError):
             (self.root / f"{layout.WORK_DIR}.lock").unlink()
         with contextlib.suppress(OSError):

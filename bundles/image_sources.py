@@ -11,6 +11,7 @@ import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from sealift import media_types
@@ -43,6 +44,8 @@ class BlobTask:
     open: Callable[[], BinaryIO]
     data_name: str | None = None
     scan: bool = False
+    # A local file (model, extra file): lets a resumed directory create skip re-hashing it.
+    source_path: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -182,3 +182,23 @@ def test_a_changed_input_is_not_resumed_silently(tmp_path: Path, slow_registry: 
     )
     assert done.returncode == 2
     assert "different inputs" in done.stderr and "hint:" in done.stderr
+
+
+def test_resumed_directory_create_does_not_rehash_finished_model_files(
+    tmp_path: Path, slow_registry: str
+) -> None:
+    spec = bundle_file(tmp_path, slow_registry)
+    out = tmp_path / "b"
+    cache = out / ".sealift-work" / "source-digests.json"
+
+    def models_done() -> bool:
+        try:
+            return len(json.loads(cache.read_text())) >= len(list((tmp_path / "model").iterdir()))
+        except (OSError, ValueError):
+            return False
+
+    kill_when(spec, out, models_done)
+    model_bytes = sum(p.stat().st_size for p in (tmp_path / "model").iterdir())
+    result = create(spec, out)
+    assert result["bytesReused"] >= model_bytes
+    assert not cache.exists()
