@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CACHE := .cache
-APT_PACKAGES := docker-registry skopeo apache2-utils time jq
+APT_PACKAGES := docker-registry skopeo apache2-utils time jq softhsm2 openssl
 APT_STAMP := $(CACHE)/apt.stamp
 VENV_STAMP := $(CACHE)/venv.stamp
 

@@ -83,6 +83,47 @@ class BlobSource(ABC):
         with self.open(name) as reader:
             return reader.read()
 
+    # -- detached signatures: added later without touching anything that is hashed ---------
+
+    @property
+    def signature_folder(self) -> Path:
+        """Where new signatures are added: ``signatures/`` of a folder, or a tar's sidecar."""
+        raise NotImplementedError
+
+    def signature_names(self) -> list[str]:
+        """Every signature in the bundle or beside it, as ``signatures/...`` names."""
+        names = {n for n in self.names() if layout.is_signature_name(n)}
+        folder = self.signature_folder
+        if folder.is_dir():
+            for path in folder.rglob("*.sig"):
+                name = f"{layout.SIGNATURES_DIR}/{path.relative_to(folder).as_posix()}"
+                if layout.is_signature_name(name) and path.is_file() and not path.is_symlink():
+                    names.add(name)
+        return sorted(names)
+
+    def read_signature(self, name: str) -> bytes:
+        """The bytes of one signature file."""
+        if self.has(name):
+            return self.read_small(name, limit=16 * 1024 * 1024)
+        path = self.signature_folder / name.removeprefix(layout.SIGNATURES_DIR + "/")
+        return path.read_bytes()
+
+    def add_signature(self, name: str, content: bytes) -> str:
+        """Store a new signature; an existing one (the vendor's) is never overwritten."""
+        if not layout.is_signature_name(name):
+            raise ValueError(name)
+        if name in self.signature_names():
+            raise InputError(
+                f"{self.description} already has the signature {name}",
+                hint="signatures are never replaced: choose another --signer-name",
+            )
+        path = self.signature_folder / name.removeprefix(layout.SIGNATURES_DIR + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        temporary.write_bytes(content)
+        os.replace(temporary, path)
+        return str(path)
+
     def blobs(self) -> dict[str, int]:
         """Every blob in the bundle: digest to size."""
         found: dict[str, int] = {}
@@ -132,6 +173,10 @@ class DirectorySource(BlobSource):
 
     def location(self, name: str) -> str:
         return str(self.root / name)
+
+    @property
+    def signature_folder(self) -> Path:
+        return self.root / layout.SIGNATURES_DIR
 
 
 class _Parts:
@@ -225,10 +270,21 @@ class _TarEntry:
 class TarSource(BlobSource):
     """A bundle written as one tar, or as the parts of a split tar, read in place."""
 
-    def __init__(self, paths: list[Path], *, description: str, parts: tuple[PartInfo, ...] = ()):
+    def __init__(
+        self,
+        paths: list[Path],
+        *,
+        description: str,
+        parts: tuple[PartInfo, ...] = (),
+        sidecar: Path | None = None,
+    ):
         self.description = description
         self.part_paths = paths
         self.parts = parts
+        # Signatures added after the tar was written live beside it: NAME.tar.signatures/.
+        self.sidecar = sidecar or paths[0].with_name(
+            paths[0].name + layout.SIGNATURES_SIDECAR_SUFFIX
+        )
         self._parts = _Parts(paths)
         try:
             self._entries = self._index()
@@ -303,6 +359,10 @@ class TarSource(BlobSource):
 
     def same_storage(self, first: str, second: str) -> bool:
         return self._entries[first] == self._entries[second]
+
+    @property
+    def signature_folder(self) -> Path:
+        return self.sidecar
 
     def location(self, name: str) -> str:
         entry = self._entries[name]
@@ -379,7 +439,8 @@ def open_bundle(path: Path) -> BlobSource:
         paths = [index_path.parent / part.name for part in parts]
         name = index_path.name.removesuffix(layout.PARTS_INDEX_SUFFIX)
         description = f"split tar bundle {name} ({len(parts)} parts)"
-        return TarSource(paths, description=description, parts=parts)
+        sidecar = index_path.with_name(name + layout.SIGNATURES_SIDECAR_SUFFIX)
+        return TarSource(paths, description=description, parts=parts, sidecar=sidecar)
     base = _PART_NUMBER.match(text)
     base_path = Path(base.group(1)) if base else path
     if base_path.with_name(base_path.name + layout.JOURNAL_SUFFIX).exists() or any(

@@ -51,6 +51,9 @@ from sealift.errors import InputError
 from sealift.image_reference import parse_reference
 from sealift.progress import Progress
 from sealift.registry_client import RegistryClient
+from sealift.signing.bundle_statement import bundle_statement
+from sealift.signing.model_manifest import ModelManifest
+from sealift.signing.signers import Signer
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class CreateOptions:
     plain_http: frozenset[str] = frozenset()
     ca_file: str | None = None
     auth_file: Path | None = None
+    # Sign every model and the bundle manifest (model-signing format) as ``signer_name``.
+    signer: Signer | None = None
+    signer_name: str = "vendor"
 
     @property
     def as_tar(self) -> bool:
@@ -365,7 +371,7 @@ def create_bundle(spec: BundleSpec, options: CreateOptions, progress: Progress) 
             copier.run_tar(plan.tasks, journal)
         else:
             copier.run(plan.tasks)
-        manifest, files = _finish(spec, plan, copier, writer)
+        manifest, files = _finish(spec, plan, copier, writer, options)
         paths = writer.commit(files)
         if journal is not None:
             journal.remove()
@@ -405,7 +411,7 @@ def _image_packages(
 
 
 def _finish(
-    spec: BundleSpec, plan: _Plan, copier: _Copier, writer: BundleWriter
+    spec: BundleSpec, plan: _Plan, copier: _Copier, writer: BundleWriter, options: CreateOptions
 ) -> tuple[BundleManifest, list[tuple[str, bytes]]]:
     artifacts: list[Artifact] = []
     index_entries: list[Descriptor] = []
@@ -415,6 +421,7 @@ def _finish(
     sbom_files: list[SbomFile] = []
 
     stored: dict[str, int] = {}
+    signatures: list[tuple[str, bytes]] = []
 
     def store(content: bytes) -> str:
         digest = writer.write_document(content)
@@ -496,6 +503,15 @@ def _finish(
             for f in files
         }
         model = build_model_artifact(name, version, files, digests)
+        if options.signer is not None:
+            # The layer digests are the files' sha256: signing needs no second read of weights.
+            statement = ModelManifest.build(name, digests).statement()
+            signatures.append(
+                (
+                    layout.model_signature_name(name, version, options.signer_name),
+                    options.signer.sign_statement(statement).to_json(),
+                )
+            )
         store(model.config)
         digest = store(model.manifest)
         add(
@@ -615,9 +631,18 @@ def _finish(
         blob_count=len(blob_sizes),
         total_bytes=sum(blob_sizes.values()),
     )
+    if options.signer is not None:
+        statement = bundle_statement(manifest.name, manifest.version, manifest.digest)
+        signatures.append(
+            (
+                layout.bundle_signature_name(options.signer_name),
+                options.signer.sign_statement(statement).to_json(),
+            )
+        )
     files = [
         (layout.OCI_LAYOUT_FILE, layout.OCI_LAYOUT_CONTENT),
         (layout.INDEX_FILE, index),
+        *signatures,
         (layout.BUNDLE_MANIFEST_FILE, manifest.to_json()),
     ]
     return manifest, files

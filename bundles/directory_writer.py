@@ -210,6 +210,7 @@ class DirectoryWriter:
     def commit(self, files: Sequence[tuple[str, bytes]]) -> list[str]:
         fsync_directory(self.blobs)
         for name, content in files:
+            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.root / name, content)
         # Done: the resume cache and anything a killed run left in the work folder go too.
         shutil.rmtree(self.root / layout.WORK_DIR, ignore_errors=True)

@@ -32,7 +32,10 @@ PARTIAL_SUFFIX = ".partial"
 JOURNAL_SUFFIX = ".journal.json"
 
 _BLOB_NAME = re.compile(r"^blobs/sha256/([0-9a-f]{64})$")
-_SIGNATURE_NAME = re.compile(r"^signatures/[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_SIGNATURE_NAME = re.compile(
+    r"^signatures/(bundle|models/[a-z0-9][a-z0-9.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*)/[a-z0-9][a-z0-9-]*\.sig$"
+)
+SIGNATURES_SIDECAR_SUFFIX = ".signatures"
 _NAMED_DATA = re.compile(r"^(models/[^/]+/[^/]+|files)/.+$")
 TOP_LEVEL_FILES = frozenset({OCI_LAYOUT_FILE, INDEX_FILE, BUNDLE_MANIFEST_FILE})
 
@@ -51,6 +54,24 @@ def digest_of_blob_name(name: str) -> str | None:
 def is_signature_name(name: str) -> bool:
     """Whether ``name`` is a detached signature file inside the bundle."""
     return bool(_SIGNATURE_NAME.match(name))
+
+
+def model_signature_name(model: str, version: str, signer: str) -> str:
+    """Where a signer's signature over one model's weights is kept."""
+    return f"{SIGNATURES_DIR}/models/{model}/{version}/{signer}.sig"
+
+
+def model_signature_prefix(model: str, version: str) -> str:
+    """The folder of every signature over one model."""
+    return f"{SIGNATURES_DIR}/models/{model}/{version}/"
+
+
+def bundle_signature_name(signer: str) -> str:
+    """Where a signer's signature over the bundle manifest is kept."""
+    return f"{SIGNATURES_DIR}/bundle/{signer}.sig"
+
+
+BUNDLE_SIGNATURE_PREFIX = f"{SIGNATURES_DIR}/bundle/"
 
 
 def is_named_data(name: str) -> bool:

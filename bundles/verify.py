@@ -23,6 +23,7 @@ from sealift.descriptors import Descriptor, children_of, descriptor_from_dict, l
 from sealift.errors import IntegrityError, SealiftError
 from sealift.hashing import copy_stream, sha256_bytes
 from sealift.progress import Progress
+from sealift.signing.trust_policy import TrustPolicy, check_minimum_version
 from sealift.units import format_bytes
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
@@ -58,6 +59,7 @@ class VerifyReport:
     parts_checked: int
     signatures: tuple[str, ...]
     problems: tuple[Problem, ...]
+    trust: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -68,6 +70,8 @@ class VerifyReport:
         """The last line: evidence of what was verified, for a security officer."""
         release = f"{self.manifest.name} {self.manifest.version}" if self.manifest else "bundle"
         parts = f", {self.parts_checked} parts" if self.parts_checked else ""
+        if self.trust and self.ok:
+            parts += f", signatures checked under {self.trust[0]}"
         verdict = "verified" if self.ok else f"FAILED with {len(self.problems)} problem(s)"
         return (
             f"{verdict}: {release}: {self.artifacts} artifacts, {self.blobs} blobs,"
@@ -88,6 +92,7 @@ class VerifyReport:
             "bytes": self.bytes,
             "partsChecked": self.parts_checked,
             "signatures": list(self.signatures),
+            "trust": list(self.trust),
             "problems": [
                 {
                     "kind": p.kind,
@@ -239,8 +244,62 @@ def _hash_parts(source: TarSource, jobs: int, progress: Progress) -> list[Proble
     return problems
 
 
+def _check_trust(
+    source: BlobSource,
+    manifest: BundleManifest,
+    policy: TrustPolicy,
+    *,
+    allow_rollback: bool,
+    progress: Progress,
+) -> tuple[list[str], list[Problem]]:
+    """Signatures under the policy; the blobs were already hashed, so nothing is read twice."""
+    from sealift.signing.weights import check_bundle_signatures, check_model_signatures
+
+    lines = [policy.source]
+    problems: list[Problem] = []
+
+    def record(subject: str, action: Callable[[], str]) -> None:
+        try:
+            lines.append(action())
+        except SealiftError as bad:
+            problems.append(Problem("signature", subject, (), "", bad.one_line()))
+
+    if policy.bundles.required or policy.bundles.optional:
+
+        def bundle_check() -> str:
+            verdict = check_bundle_signatures(source, manifest, policy)
+            return f"bundle manifest signed by {', '.join(verdict.signers())}"
+
+        record(layout.BUNDLE_MANIFEST_FILE, bundle_check)
+    if policy.weights.required or policy.weights.optional:
+        for artifact in manifest.artifacts:
+            if artifact.kind != "model":
+                continue
+
+            def model_check(artifact: Artifact = artifact) -> str:
+                _, verdict, _ = check_model_signatures(source, artifact, policy.weights, policy)
+                signers = ", ".join(verdict.signers())
+                return f"model {artifact.name} {artifact.version} signed by {signers}"
+
+            record(f"model {artifact.name} {artifact.version}", model_check)
+    try:
+        check_minimum_version(policy, manifest.name, manifest.version)
+    except SealiftError as bad:
+        if not allow_rollback:
+            problems.append(Problem("rollback", manifest.version, (), "", bad.one_line()))
+        else:
+            progress.note(f"rollback allowed by --allow-rollback: {bad.message}", level="warning")
+    return lines, problems
+
+
 def verify_bundle(
-    source: BlobSource, *, jobs: int = 2, progress: Progress | None = None, parts: bool = False
+    source: BlobSource,
+    *,
+    jobs: int = 2,
+    progress: Progress | None = None,
+    parts: bool = False,
+    policy: TrustPolicy | None = None,
+    allow_rollback: bool = False,
 ) -> VerifyReport:
     """Verify a bundle completely; problems are collected, not raised, so all are reported."""
     progress = progress or Progress()
@@ -327,7 +386,14 @@ def verify_bundle(
             f"totals say {manifest.blob_count} blobs / {manifest.total_bytes} bytes, the graph"
             f" has {len(blob_digests)} / {blob_bytes}",
         )
+    trust: list[str] = []
+    if policy is not None:
+        trust, signature_problems = _check_trust(
+            source, manifest, policy, allow_rollback=allow_rollback, progress=progress
+        )
+        walker.problems.extend(signature_problems)
     return VerifyReport(
+        trust=tuple(trust),
         bundle=source.description,
         manifest=manifest,
         manifest_digest=sha256_bytes(raw),

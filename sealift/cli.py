@@ -127,6 +127,104 @@ def main() -> None:
     """sealift: carry a complete LLM serving stack into an air-gapped Kubernetes cluster."""
 
 
+def signing_options(prefix: str) -> Callable[[F], F]:
+    """Options that name a signer: a key file (with a certificate) or a PKCS#11 token."""
+
+    def decorate(function: F) -> F:
+        options = [
+            click.option(
+                f"--{prefix}key",
+                "key",
+                type=click.Path(path_type=Path, dir_okay=False),
+                help="EC private key (PEM, P-256 or P-384); passphrase from SEALIFT_KEY_PASSWORD.",
+            ),
+            click.option(
+                f"--{prefix}cert",
+                "cert",
+                type=click.Path(path_type=Path, dir_okay=False),
+                help="The key's X.509 certificate, from your PKI.",
+            ),
+            click.option(
+                f"--{prefix}chain",
+                "chain",
+                type=click.Path(path_type=Path, dir_okay=False),
+                help="Intermediate certificates (PEM) up to, not including, the root.",
+            ),
+            click.option(
+                "--key-password-file",
+                type=click.Path(path_type=Path, dir_okay=False),
+                help="File holding the key's passphrase (instead of SEALIFT_KEY_PASSWORD).",
+            ),
+            click.option(
+                f"--{prefix}pkcs11-uri",
+                "pkcs11_uri",
+                metavar="URI",
+                help="A key in a PKCS#11 token (RFC 7512 URI with module-path and pin-source).",
+            ),
+        ]
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def trust_options(function: F) -> F:
+    """``--policy FILE`` or its shorthand ``--trust KEY.pub``."""
+    function = click.option(
+        "--trust",
+        "trust_key",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Shorthand for a policy that requires this EC public key (PEM).",
+    )(function)
+    return click.option(
+        "--policy",
+        type=click.Path(path_type=Path, dir_okay=False),
+        envvar="SEALIFT_POLICY",
+        help="Trust policy file (env SEALIFT_POLICY).",
+    )(function)
+
+
+def _policy(policy: Path | None, trust_key: Path | None, *, required: bool) -> Any:
+    from sealift.signing.trust_policy import load_trust_policy, policy_for_key
+
+    if policy is not None and trust_key is not None:
+        raise InputError("--policy and --trust cannot be used together", hint="choose one")
+    if policy is not None:
+        return load_trust_policy(policy)
+    if trust_key is not None:
+        return policy_for_key(trust_key)
+    if required:
+        raise InputError("no trust policy given", hint="pass --policy FILE or --trust KEY.pub")
+    return None
+
+
+def _signer(
+    key: Path | None,
+    cert: Path | None,
+    chain: Path | None,
+    key_password_file: Path | None,
+    pkcs11_uri: str | None,
+) -> Any:
+    from sealift.signing.signers import load_signer
+
+    return load_signer(
+        key=key,
+        certificate=cert,
+        chain=chain,
+        password_file=key_password_file,
+        pkcs11_uri=pkcs11_uri,
+    )
+
+
+SIGNER_NAME = click.option(
+    "--signer-name",
+    default=None,
+    metavar="NAME",
+    help="Name of the signature files (signatures/.../NAME.sig).",
+)
+
+
 @main.group()
 def bundle() -> None:
     """Build, verify and inspect offline bundles."""
@@ -174,6 +272,8 @@ def bundle() -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="docker config.json / auth.json with registry credentials (default: the usual places).",
 )
+@signing_options("sign-")
+@SIGNER_NAME
 @output_options
 def bundle_create(
     bundle_file: Path,
@@ -184,14 +284,29 @@ def bundle_create(
     plain_http: tuple[str, ...],
     ca_file: Path | None,
     authfile: Path | None,
+    key: Path | None,
+    cert: Path | None,
+    chain: Path | None,
+    key_password_file: Path | None,
+    pkcs11_uri: str | None,
+    signer_name: str | None,
     progress: Progress,
     json_output: bool,
 ) -> None:
-    """Package images, charts, models and files into one offline bundle."""
+    """Package images, charts, models and files into one offline bundle.
+
+    With --sign-key (or --sign-pkcs11-uri) every model and the bundle manifest are signed, in
+    the OpenSSF model-signing format, as SIGNER_NAME (default: vendor).
+    """
     from sealift.bundles.bundle_file import load_bundle_file
     from sealift.bundles.create import CreateOptions, create_bundle
 
     spec = load_bundle_file(bundle_file)
+    signer = None
+    if key is not None or pkcs11_uri is not None:
+        signer = _signer(key, cert, chain, key_password_file, pkcs11_uri)
+    elif cert is not None or chain is not None:
+        raise InputError("--sign-cert needs --sign-key", hint="pass the certificate's key")
     if split is not None and output.suffix != ".tar":
         raise InputError(
             f"--split needs a tar output, not {output}", hint="name the output NAME.tar"
@@ -206,6 +321,8 @@ def bundle_create(
             plain_http=frozenset(plain_http),
             ca_file=str(ca_file) if ca_file else None,
             auth_file=authfile,
+            signer=signer,
+            signer_name=signer_name or "vendor",
         ),
         progress,
     )
@@ -238,21 +355,48 @@ def bundle_create(
 @click.argument("bundle_path", metavar="BUNDLE", type=click.Path(path_type=Path))
 @JOBS
 @click.option("--parts", is_flag=True, help="Also check each part's sha256 against the index.")
+@trust_options
+@click.option(
+    "--allow-rollback",
+    is_flag=True,
+    help="Accept a release older than the policy's minimum (logged as a warning).",
+)
 @output_options
 def bundle_verify(
-    bundle_path: Path, jobs: int, parts: bool, progress: Progress, json_output: bool
+    bundle_path: Path,
+    jobs: int,
+    parts: bool,
+    policy: Path | None,
+    trust_key: Path | None,
+    allow_rollback: bool,
+    progress: Progress,
+    json_output: bool,
 ) -> None:
-    """Re-hash every blob and check the whole bundle; exit 3 on any problem."""
+    """Re-hash every blob and check the whole bundle; exit 3 on any problem.
+
+    With --policy (or --trust) the signatures over the bundle manifest and every model are
+    checked too, and a release older than the policy's minimum is refused.
+    """
     from sealift.bundles.blob_source import open_bundle
     from sealift.bundles.verify import verify_bundle
 
+    trust = _policy(policy, trust_key, required=False)
     with open_bundle(bundle_path) as source:
-        report = verify_bundle(source, jobs=jobs, progress=progress, parts=parts)
+        report = verify_bundle(
+            source,
+            jobs=jobs,
+            progress=progress,
+            parts=parts,
+            policy=trust,
+            allow_rollback=allow_rollback,
+        )
     if json_output:
         _emit_json(report.to_dict())
     else:
         for problem in report.problems:
             click.echo(problem.one_line())
+        for line in report.trust[1:]:
+            click.echo(line)
         click.echo(report.summary())
     if not report.ok:
         sys.exit(3)
@@ -273,6 +417,161 @@ def bundle_inspect(bundle_path: Path, progress: Progress, json_output: bool) -> 
     else:
         for line in report.lines():
             click.echo(line)
+
+
+@main.group()
+def weights() -> None:
+    """Sign, verify and re-sign model weights (OpenSSF model-signing format)."""
+
+
+def _weights_target(path: Path) -> str:
+    """A plain model folder, or a bundle (a folder with sealift-bundle.json, a tar, a part)."""
+    from sealift.bundles import layout
+
+    if path.is_dir() and not (path / layout.BUNDLE_MANIFEST_FILE).exists():
+        return "folder"
+    return "bundle"
+
+
+@weights.command("sign")
+@click.argument("target", metavar="MODEL_DIR|BUNDLE", type=click.Path(path_type=Path))
+@signing_options("")
+@click.option(
+    "--signature",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Signature file for a model folder (default: MODEL_DIR.sig beside the folder).",
+)
+@SIGNER_NAME
+@JOBS
+@output_options
+def weights_sign(
+    target: Path,
+    key: Path | None,
+    cert: Path | None,
+    chain: Path | None,
+    key_password_file: Path | None,
+    pkcs11_uri: str | None,
+    signature: Path | None,
+    signer_name: str | None,
+    jobs: int,
+    progress: Progress,
+    json_output: bool,
+) -> None:
+    """Sign a model folder (hashing it once) or every model of a bundle (no hashing)."""
+    from sealift.bundles.blob_source import open_bundle
+    from sealift.signing.weights import read_manifest, sign_bundle, sign_folder
+
+    signer = _signer(key, cert, chain, key_password_file, pkcs11_uri)
+    if _weights_target(target) == "folder":
+        out = signature or target.with_name(target.name + ".sig")
+        manifest = sign_folder(target, signer, out, jobs=jobs, progress=progress)
+        written = [str(out)]
+        summary = f"signed {len(manifest.files)} files of {target} as {signer.description}"
+    else:
+        with open_bundle(target) as source:
+            written = sign_bundle(source, read_manifest(source), signer, signer_name or "vendor")
+        summary = f"signed the models and manifest of {target} as {signer.description}"
+    if json_output:
+        _emit_json({"signatures": written, "signer": signer.description})
+        return
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(summary)
+
+
+@weights.command("verify")
+@click.argument("target", metavar="MODEL_DIR|BUNDLE", type=click.Path(path_type=Path))
+@trust_options
+@click.option(
+    "--signature",
+    "signatures",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Signature file(s) of a model folder (default: MODEL_DIR.sig).",
+)
+@JOBS
+@output_options
+def weights_verify(
+    target: Path,
+    policy: Path | None,
+    trust_key: Path | None,
+    signatures: tuple[Path, ...],
+    jobs: int,
+    progress: Progress,
+    json_output: bool,
+) -> None:
+    """Check the weights' signatures under the trust policy, then hash every file once."""
+    from sealift.bundles.blob_source import open_bundle
+    from sealift.signing.weights import verify_bundle_weights, verify_folder
+
+    trust = _policy(policy, trust_key, required=True)
+    if _weights_target(target) == "folder":
+        paths = list(signatures) or [target.with_name(target.name + ".sig")]
+        reports = [verify_folder(target, paths, trust, jobs=jobs, progress=progress)]
+    else:
+        with open_bundle(target) as source:
+            reports = verify_bundle_weights(source, trust, jobs=jobs, progress=progress)
+    if json_output:
+        _emit_json(
+            [
+                {
+                    "subject": r.subject,
+                    "signers": list(r.signers),
+                    "identities": list(r.identities),
+                    "files": r.files,
+                    "bytes": r.bytes,
+                }
+                for r in reports
+            ]
+        )
+        return
+    for report in reports:
+        click.echo(report.line())
+
+
+@weights.command("resign")
+@click.argument("bundle_path", metavar="BUNDLE", type=click.Path(path_type=Path))
+@trust_options
+@signing_options("")
+@SIGNER_NAME
+@JOBS
+@output_options
+def weights_resign(
+    bundle_path: Path,
+    policy: Path | None,
+    trust_key: Path | None,
+    key: Path | None,
+    cert: Path | None,
+    chain: Path | None,
+    key_password_file: Path | None,
+    pkcs11_uri: str | None,
+    signer_name: str | None,
+    jobs: int,
+    progress: Progress,
+    json_output: bool,
+) -> None:
+    """Verify the vendor's signatures and weights, then add yours beside them.
+
+    The weights are hashed once; your signature covers exactly the manifest that pass verified.
+    The vendor's signatures are kept. For a tar bundle, signatures go to NAME.tar.signatures/.
+    """
+    from sealift.bundles.blob_source import open_bundle
+    from sealift.signing.weights import resign_bundle
+
+    trust = _policy(policy, trust_key, required=True)
+    signer = _signer(key, cert, chain, key_password_file, pkcs11_uri)
+    with open_bundle(bundle_path) as source:
+        reports, written = resign_bundle(
+            source, trust, signer, signer_name or "customer", jobs=jobs, progress=progress
+        )
+    if json_output:
+        _emit_json({"verified": [r.subject for r in reports], "signatures": written})
+        return
+    for report in reports:
+        click.echo(report.line())
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(f"re-signed {len(reports)} model(s) and the bundle manifest as {signer.description}")
 
 
 if __name__ == "__main__":
