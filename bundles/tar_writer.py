@@ -16,7 +16,9 @@ import json
 import os
 import shutil
 import tarfile
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -26,6 +28,37 @@ from sealift.errors import InputError, ResourceError
 from sealift.hashing import CopyResult, Sink, copy_stream, sha256_bytes
 
 BLOCK = tarfile.BLOCKSIZE
+MAX_PENDING_HASHES = 4
+
+
+class _BackgroundHash:
+    """A sha256 fed from another thread, so a part's hash runs beside the blob's own hash.
+
+    Updates run in order on one worker thread (hashlib releases the GIL); at most a few chunks
+    wait, so memory stays bounded.
+    """
+
+    def __init__(self) -> None:
+        self._hasher = hashlib.sha256()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="part-hash")
+        self._pending: deque[Future[None]] = deque()
+
+    def update(self, data: bytes | memoryview) -> None:
+        # The copy loop reuses its buffer: hand the worker its own copy of these bytes.
+        chunk = bytes(data)
+        self._pending.append(self._worker.submit(self._hasher.update, chunk))
+        while len(self._pending) > MAX_PENDING_HASHES:
+            self._pending.popleft().result()
+
+    def hexdigest(self) -> str:
+        while self._pending:
+            self._pending.popleft().result()
+        return self._hasher.hexdigest()
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+
 HEADER_ALLOWANCE = 3 * BLOCK  # a PAX header and the ustar header, rounded up
 SPACE_MARGIN = 16 * 1024 * 1024
 
@@ -56,7 +89,7 @@ class _PartStream:
         # Bytes below this logical offset are already durable from an interrupted run.
         self.durable = 0
         self._handle: BinaryIO | None = None
-        self._hasher = hashlib.sha256()
+        self._hasher = _BackgroundHash()
         self._in_part = 0
         self._path: Path | None = None
 
@@ -92,7 +125,8 @@ class _PartStream:
         self._path = self._final_path()
         partial = self._path.with_name(self._path.name + layout.PARTIAL_SUFFIX)
         self._handle = partial.open("wb")
-        self._hasher = hashlib.sha256()
+        self._hasher.close()
+        self._hasher = _BackgroundHash()
         self._in_part = 0
 
     def _close_part(self) -> None:
@@ -135,6 +169,7 @@ class _PartStream:
     def finish(self) -> None:
         if self._handle is not None:
             self._close_part()
+        self._hasher.close()
 
     def partial_paths(self) -> list[Path]:
         """Every file this stream created, finished or not."""
@@ -145,6 +180,7 @@ class _PartStream:
 
     def abort(self, *, keep: bool) -> None:
         """Stop writing; with ``keep`` durable parts stay for a re-run, else all is removed."""
+        self._hasher.close()
         if self._handle is not None:
             self._handle.flush()
             os.fsync(self._handle.fileno())

@@ -343,7 +343,11 @@ def verify_bundle(
         elif name not in layout.TOP_LEVEL_FILES:
             walker.problem("extra", name, set(), "file that does not belong to a bundle")
 
-    to_hash = [(d, e) for d, e in walker.expected.items() if not e.checked]
+    # Largest first, so the workers finish together instead of one core hashing the last big blob.
+    to_hash = sorted(
+        ((d, e) for d, e in walker.expected.items() if not e.checked),
+        key=lambda item: -item[1].size,
+    )
     total = sum(e.size for _, e in to_hash)
 
     def check(item: tuple[str, _Expected], on_bytes: Callable[[int], None]) -> Problem | None:

@@ -56,9 +56,14 @@ class KeylessVerifier:
                 hint="pip install 'sealift[sigstore]'",
             ) from missing
         import json
+        import tempfile
 
         try:
-            root = TrustedRoot.from_json(self._root_bytes().decode())  # type: ignore[attr-defined]
+            # sigstore-python loads a trusted root only from a file.
+            with tempfile.NamedTemporaryFile(suffix=".json") as handle:
+                handle.write(self._root_bytes())
+                handle.flush()
+                root = TrustedRoot.from_file(handle.name)
             verifier = SigstoreVerifier(trusted_root=root)
             bundle = Bundle.from_json(json.dumps(signature.document))
             payload_type, payload = verifier.verify_dsse(

@@ -39,6 +39,20 @@ class TrustPolicy:
     bundles: Requirement
     minimum_versions: dict[str, str] = field(default_factory=dict)
 
+    def with_trusted_root(self, content: bytes) -> TrustPolicy:
+        """This policy with keyless signers that name no trusted root using ``content``."""
+        from sealift.signing.keyless import KeylessVerifier
+
+        verifiers = tuple(
+            v.with_trusted_root(content)
+            if isinstance(v, KeylessVerifier) and v.trusted_root is None
+            else v
+            for v in self.verifiers
+        )
+        return TrustPolicy(
+            self.source, verifiers, self.weights, self.bundles, self.minimum_versions
+        )
+
     def verifier(self, name: str) -> Verifier:
         """The verifier of the signer called ``name``."""
         for verifier in self.verifiers:

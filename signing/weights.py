@@ -252,6 +252,25 @@ def read_manifest(source: BlobSource) -> BundleManifest:
     )
 
 
+TRUSTED_ROOT_FILE = "trusted_root.json"
+
+
+def bundle_policy(source: BlobSource, manifest: BundleManifest, policy: TrustPolicy) -> TrustPolicy:
+    """The policy with the Sigstore trusted root the bundle carries (a file named
+    trusted_root.json), for keyless signers whose policy entry names none."""
+    artifact = manifest.artifact("file", TRUSTED_ROOT_FILE)
+    if artifact is None:
+        return policy
+    content = source.read_small(layout.blob_name(artifact.digest))
+    if sha256_bytes(content) != artifact.digest:
+        raise IntegrityError(f"{TRUSTED_ROOT_FILE} in the bundle does not match its digest")
+    layers = children_of(content, artifact.media_type, where=TRUSTED_ROOT_FILE).layers
+    root = source.read_small(layout.blob_name(layers[0].digest))
+    if sha256_bytes(root) != layers[0].digest:
+        raise IntegrityError(f"{TRUSTED_ROOT_FILE} in the bundle does not match its digest")
+    return policy.with_trusted_root(root)
+
+
 def _signatures_under(source: BlobSource, prefix: str) -> list[tuple[str, object]]:
     found = []
     for name in source.signature_names():
@@ -265,6 +284,7 @@ def check_model_signatures(
 ) -> tuple[ModelManifest, Verdict, tuple[str, ...]]:
     """Signatures of one model in a bundle, checked against its layer digests (no hashing)."""
     subject = f"model {artifact.name} {artifact.version}"
+    policy = bundle_policy(source, read_manifest(source), policy)
     signatures = _signatures_under(
         source, layout.model_signature_prefix(artifact.name, artifact.version)
     )
@@ -282,6 +302,7 @@ def check_bundle_signatures(
 ) -> Verdict:
     """The bundle manifest's signatures under the policy's bundle requirement."""
     subject = f"bundle {manifest.name} {manifest.version}"
+    policy = bundle_policy(source, manifest, policy)
     signatures = _signatures_under(source, layout.BUNDLE_SIGNATURE_PREFIX)
     verdict = evaluate(policy, policy.bundles, signatures, subject=subject)  # type: ignore[arg-type]
     for name, (_, payload) in verdict.accepted.items():
@@ -353,7 +374,8 @@ def verify_bundle_weights(
             )
         )
     if hash_weights:
-        unique = list({d: (d, s, w) for d, s, w in to_hash}.values())
+        # Largest first keeps every worker busy until the end.
+        unique = sorted({d: (d, s, w) for d, s, w in to_hash}.values(), key=lambda item: -item[1])
         _hash_blobs(source, unique, jobs=jobs, progress=progress)
     return reports
 
