@@ -543,7 +543,7 @@ class BackgroundLayerScanner:
         self,
         media_type: str,
         *,
-        max_pending: int = 8,
+        max_pending: int = 2,
         max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     ) -> None:
         if max_pending < 1:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sealift import media_types
 from sealift.bundles import layout
@@ -23,7 +24,9 @@ from sealift.descriptors import Descriptor, children_of, descriptor_from_dict, l
 from sealift.errors import IntegrityError, SealiftError
 from sealift.hashing import copy_stream, sha256_bytes
 from sealift.progress import Progress
-from sealift.signing.trust_policy import TrustPolicy, check_minimum_version
+
+if TYPE_CHECKING:
+    from sealift.signing.trust_policy import TrustPolicy
 from sealift.units import format_bytes
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
@@ -253,6 +256,7 @@ def _check_trust(
     progress: Progress,
 ) -> tuple[list[str], list[Problem]]:
     """Signatures under the policy; the blobs were already hashed, so nothing is read twice."""
+    from sealift.signing.trust_policy import check_minimum_version
     from sealift.signing.weights import check_bundle_signatures, check_model_signatures
 
     lines = [policy.source]
@@ -300,8 +304,13 @@ def verify_bundle(
     parts: bool = False,
     policy: TrustPolicy | None = None,
     allow_rollback: bool = False,
+    hash_blobs: bool = True,
 ) -> VerifyReport:
-    """Verify a bundle completely; problems are collected, not raised, so all are reported."""
+    """Verify a bundle completely; problems are collected, not raised, so all are reported.
+
+    With ``hash_blobs=False`` only the graph (presence, sizes, small documents) and the
+    signatures are checked: install hashes each blob while it moves instead of reading it twice.
+    """
     progress = progress or Progress()
     if not source.has(layout.BUNDLE_MANIFEST_FILE):
         raise IntegrityError(
@@ -348,6 +357,8 @@ def verify_bundle(
         ((d, e) for d, e in walker.expected.items() if not e.checked),
         key=lambda item: -item[1].size,
     )
+    if not hash_blobs:
+        to_hash = []
     total = sum(e.size for _, e in to_hash)
 
     def check(item: tuple[str, _Expected], on_bytes: Callable[[int], None]) -> Problem | None:
@@ -370,10 +381,11 @@ def verify_bundle(
             )
         return None
 
-    with progress.task("verify", total) as bar, ThreadPoolExecutor(max(jobs, 1)) as pool:
-        for found in pool.map(lambda item: check(item, bar.update), to_hash):
-            if found is not None:
-                walker.problems.append(found)
+    if to_hash:
+        with progress.task("verify", total) as bar, ThreadPoolExecutor(max(jobs, 1)) as pool:
+            for found in pool.map(lambda item: check(item, bar.update), to_hash):
+                if found is not None:
+                    walker.problems.append(found)
 
     parts_checked = 0
     if parts and isinstance(source, TarSource) and source.parts:

@@ -419,6 +419,164 @@ def bundle_inspect(bundle_path: Path, progress: Progress, json_output: bool) -> 
             click.echo(line)
 
 
+@main.command("install")
+@click.argument("bundle_path", metavar="BUNDLE", type=click.Path(path_type=Path))
+@click.option("--registry", metavar="HOST[:PORT][/PREFIX]", help="The registry mirror to load.")
+@click.option("--insecure", is_flag=True, help="Plain http to the mirror (TLS otherwise).")
+@click.option(
+    "--ca-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    envvar="SEALIFT_CA_FILE",
+    help="CA bundle for the mirror's TLS (env SEALIFT_CA_FILE).",
+)
+@click.option(
+    "--authfile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="docker config.json / auth.json with the mirror's credentials.",
+)
+@click.option("--username", help="Mirror user; the password is read from stdin (--password-stdin).")
+@click.option("--password-stdin", is_flag=True, help="Read the mirror password from stdin.")
+@click.option("--weights", "weights_url", metavar="s3://BUCKET/PREFIX", help="The weight store.")
+@click.option(
+    "--s3-endpoint", metavar="URL", envvar="AWS_ENDPOINT_URL", help="S3-compatible endpoint."
+)
+@click.option("--s3-region", metavar="REGION", envvar="AWS_REGION", help="S3 region.")
+@click.option("--s3-path-style", is_flag=True, help="Path-style bucket addressing (MinIO, Ceph).")
+@click.option(
+    "--s3-ca-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="CA bundle for the store's TLS.",
+)
+@trust_options
+@click.option(
+    "--allow-rollback", is_flag=True, help="Accept a release older than the policy's minimum."
+)
+@click.option(
+    "--existing-tags",
+    type=click.Choice(["skip", "overwrite", "error"]),
+    default="error",
+    help="What to do with a mirror tag that points at another digest.",
+)
+@click.option("--push-models", is_flag=True, help="Also push the model artifacts to the mirror.")
+@click.option(
+    "--audit-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("sealift-audit.jsonl"),
+    help="JSON-lines record of everything pushed, skipped or uploaded (appended).",
+)
+@click.option("--no-cluster", is_flag=True, help="Load the mirror and the store only.")
+@JOBS
+@output_options
+def install_command(
+    bundle_path: Path,
+    registry: str | None,
+    insecure: bool,
+    ca_file: Path | None,
+    authfile: Path | None,
+    username: str | None,
+    password_stdin: bool,
+    weights_url: str | None,
+    s3_endpoint: str | None,
+    s3_region: str | None,
+    s3_path_style: bool,
+    s3_ca_file: Path | None,
+    policy: Path | None,
+    trust_key: Path | None,
+    allow_rollback: bool,
+    existing_tags: str,
+    push_models: bool,
+    audit_log: Path,
+    no_cluster: bool,
+    jobs: int,
+    progress: Progress,
+    json_output: bool,
+) -> None:
+    """Verify a bundle and load the registry mirror and the weight store from it.
+
+    Signatures and the descriptor graph are checked first; then every blob is hashed while it
+    streams to the mirror or the store. Tags and model manifests are written last. Re-running
+    after an interruption moves only what is missing. (The cluster side is not part of this
+    command yet: it always behaves as with --no-cluster.)
+    """
+    from sealift.docker_auth import Credentials
+    from sealift.installer.install import InstallOptions, install
+    from sealift.installer.mirror import parse_mirror_target
+    from sealift.installer.object_store import parse_store_url
+
+    if registry is None and weights_url is None:
+        raise InputError("nothing to install into", hint="pass --registry and/or --weights")
+    credentials = None
+    if username is not None or password_stdin:
+        if not (username and password_stdin):
+            raise InputError(
+                "--username needs --password-stdin", hint='echo "$PASSWORD" | sealift install ...'
+            )
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise InputError("no password on stdin", hint="pipe the password into sealift")
+        credentials = Credentials(username=username, password=password)
+    trust = _policy(policy, trust_key, required=False)
+    if trust is None:
+        progress.note("no --policy or --trust: signatures are not checked", level="warning")
+    result = install(
+        bundle_path,
+        InstallOptions(
+            registry=parse_mirror_target(registry) if registry else None,
+            store=parse_store_url(
+                weights_url,
+                endpoint=s3_endpoint,
+                region=s3_region,
+                path_style=s3_path_style,
+                ca_file=str(s3_ca_file) if s3_ca_file else None,
+            )
+            if weights_url
+            else None,
+            plain_http=insecure,
+            ca_file=str(ca_file) if ca_file else None,
+            auth_file=authfile,
+            credentials=credentials,
+            jobs=jobs,
+            tag_policy=existing_tags,
+            push_models=push_models,
+            policy=trust,
+            allow_rollback=allow_rollback,
+            audit_log=audit_log,
+        ),
+        progress,
+    )
+    mirror, store = result.mirror, result.store
+    if json_output:
+        _emit_json(
+            {
+                "name": result.name,
+                "version": result.version,
+                "bundleManifestDigest": result.manifest_digest,
+                "trust": list(result.trust),
+                "mirror": mirror.__dict__ if mirror else None,
+                "store": store.__dict__ if store else None,
+                "auditLog": str(audit_log),
+            }
+        )
+        return
+    for line in result.trust[1:]:
+        click.echo(line)
+    if mirror is not None:
+        click.echo(
+            f"mirror: {mirror.tags_written} tags written, {mirror.tags_unchanged} unchanged;"
+            f" blobs {mirror.blobs_uploaded} uploaded ({mirror.bytes_uploaded} bytes),"
+            f" {mirror.blobs_mounted} mounted, {mirror.blobs_present} already there"
+        )
+    if store is not None:
+        click.echo(
+            f"weights: {store.uploaded} objects uploaded ({store.bytes_uploaded} bytes),"
+            f" {store.present} already there, for {store.models} model(s)"
+        )
+    click.echo(
+        f"installed {result.name} {result.version} (bundle manifest {result.manifest_digest});"
+        f" audit log {audit_log}"
+    )
+
+
 @main.group()
 def weights() -> None:
     """Sign, verify and re-sign model weights (OpenSSF model-signing format)."""

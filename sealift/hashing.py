@@ -137,3 +137,58 @@ def hash_stream(
         what=what,
         on_bytes=on_bytes,
     )
+
+
+class VerifyingReader:
+    """A reader that hashes what is read from it and fails at the end on a mismatch.
+
+    For consumers that pull bytes themselves (an S3 multipart upload): the error is raised
+    when the last byte is read, before the consumer can finish and publish what it read.
+    """
+
+    def __init__(
+        self,
+        source: BinaryIO,
+        *,
+        expected_digest: str,
+        expected_size: int,
+        what: str,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._expected_digest = expected_digest
+        self._expected_size = expected_size
+        self._what = what
+        self._on_bytes = on_bytes
+        self._hasher = hashlib.sha256()
+        self._read = 0
+
+    def read(self, count: int = -1) -> bytes:
+        """Read, hash, and check size and digest once the declared size is reached."""
+        remaining = self._expected_size - self._read
+        if remaining <= 0:
+            if self._source.read(1):
+                raise IntegrityError(
+                    f"{self._what} is longer than its declared {self._expected_size} bytes",
+                    hint="the source is damaged; run bundle verify",
+                )
+            return b""
+        want = remaining if count is None or count < 0 else min(count, remaining)
+        data = self._source.read(want)
+        if not data:
+            raise IntegrityError(
+                f"{self._what} has {self._read} bytes, expected {self._expected_size}",
+                hint="the source is truncated; run bundle verify",
+            )
+        self._hasher.update(data)
+        self._read += len(data)
+        if self._on_bytes is not None:
+            self._on_bytes(len(data))
+        if self._read == self._expected_size:
+            digest = "sha256:" + self._hasher.hexdigest()
+            if digest != self._expected_digest:
+                raise IntegrityError(
+                    f"{self._what} has digest {digest}, expected {self._expected_digest}",
+                    hint="the source is damaged; run bundle verify to find the bad part",
+                )
+        return data

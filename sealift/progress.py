@@ -12,9 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
-
-from tqdm import tqdm
+from typing import Any, TextIO
 
 from sealift.units import format_bytes
 
@@ -32,8 +30,11 @@ class ProgressTask:
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._last_emit = self._started
-        self._bar: tqdm | None = None
+        self._bar: Any = None
         if reporter.mode == "tty":
+            # Imported here: tqdm costs a noticeable share of a short command's start-up.
+            from tqdm import tqdm
+
             self._bar = tqdm(
                 total=total,
                 desc=label,
@@ -135,6 +136,8 @@ class Progress:
         if self.mode == "json":
             self.write(json.dumps({"event": level, "message": message}, sort_keys=True))
         elif self.mode == "tty":
+            from tqdm import tqdm
+
             tqdm.write(f"{level}: {message}" if level != "info" else message, file=self.stream)
         else:
             self.write(f"{level}: {message}" if level != "info" else message)

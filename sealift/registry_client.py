@@ -8,6 +8,7 @@ ignores ``Session.verify`` when REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE is set.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import threading
@@ -36,6 +37,47 @@ _NETWORK_ERRORS = (
     urllib3.exceptions.ReadTimeoutError,
     ConnectionError,
 )
+
+
+class _LargeBlockAdapter(HTTPAdapter):
+    """Sends request bodies in 1 MiB blocks instead of http.client's 8 KiB."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["blocksize"] = 1 << 20
+        super().init_poolmanager(*args, **kwargs)
+
+
+class HashingBody:
+    """A request body that hashes what it sends: a blob is read once, verified as it leaves.
+
+    ``len()`` gives requests the Content-Length, so the upload is one monolithic PUT.
+    """
+
+    def __init__(
+        self, source: Any, size: int, *, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
+        self._source = source
+        self._size = size
+        self._hasher = hashlib.sha256()
+        self.sent = 0
+        self._on_bytes = on_bytes
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, count: int = -1) -> bytes:
+        data = self._source.read(count if count and count > 0 else 1 << 20)
+        if data:
+            self._hasher.update(data)
+            self.sent += len(data)
+            if self._on_bytes is not None:
+                self._on_bytes(len(data))
+        return data
+
+    @property
+    def digest(self) -> str:
+        """Digest of the bytes sent so far."""
+        return "sha256:" + self._hasher.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -74,9 +116,10 @@ class RegistryClient:
         self._credentials = credentials
         self.retry = retry or RetryPolicy()
         self._timeout = timeout
-        self._on_retry = on_retry
+        # Everyone who wants to hear about retries (the progress notes, a concurrency limit).
+        self.retry_listeners: list[Callable[[str], None]] = [on_retry] if on_retry else []
         self._session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=2, pool_maxsize=max(connections, 2))
+        adapter = _LargeBlockAdapter(pool_connections=2, pool_maxsize=max(connections, 2))
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
         self._session.headers["User-Agent"] = "sealift"
@@ -108,6 +151,10 @@ class RegistryClient:
             f"registry {self.registry} is unreachable ({reason})",
             hint="check the address, the port and that the registry is running",
         )
+
+    def _tell(self, text: str) -> None:
+        for listener in list(self.retry_listeners):
+            listener(text)
 
     def _auth_header(self, scope: str) -> dict[str, str]:
         with self._lock:
@@ -255,8 +302,7 @@ class RegistryClient:
             )
 
         def note(attempt_number: int, problem: Retryable) -> None:
-            if self._on_retry:
-                self._on_retry(f"{self.registry}: {problem.reason}, retry {attempt_number}")
+            self._tell(f"{self.registry}: {problem.reason}, retry {attempt_number}")
 
         try:
             return self.retry.run(attempt, on_retry=note)
@@ -319,6 +365,142 @@ class RegistryClient:
     def open_blob(self, repository: str, digest: str, size: int) -> io.RawIOBase:
         """A streaming reader for a blob that resumes by Range after a dropped connection."""
         return _ResumingBlobReader(self, repository, digest, size)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def manifest_digest(self, repository: str, reference: str) -> str | None:
+        """The digest a tag points at, or None if the tag does not exist (HEAD)."""
+        response = self.request(
+            "HEAD",
+            f"/v2/{repository}/manifests/{reference}",
+            scope=f"repository:{repository}:pull",
+            headers={"Accept": media_types.MANIFEST_ACCEPT},
+            ok=(200, 404),
+            what=f"{repository}:{reference}",
+        )
+        if response.status_code == 404:
+            return None
+        return response.headers.get("Docker-Content-Digest") or None
+
+    def mount_blob(self, repository: str, digest: str, source_repository: str) -> bool:
+        """Ask the registry to link a blob it has in another repository (no bytes move)."""
+        response = self.request(
+            "POST",
+            f"/v2/{repository}/blobs/uploads/?mount={digest}&from={source_repository}",
+            scope=f"repository:{repository}:pull,push repository:{source_repository}:pull",
+            ok=(201, 202),
+            what=f"mount of {digest}",
+        )
+        if response.status_code == 202:
+            # Not mounted: the registry opened an upload session instead; cancel it.
+            location = response.headers.get("Location", "")
+            if location:
+                self.request(
+                    "DELETE",
+                    self._absolute(location),
+                    scope=f"repository:{repository}:pull,push",
+                    ok=(200, 202, 204, 404),
+                    what="cancel of an unused upload",
+                )
+            return False
+        return True
+
+    def _absolute(self, location: str) -> str:
+        return location if location.startswith("http") else self.base_url + location
+
+    def upload_blob(
+        self,
+        repository: str,
+        digest: str,
+        size: int,
+        open_source: Callable[[], Any],
+        *,
+        what: str,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> None:
+        """Upload a blob in one streaming PUT, hashing the bytes as they leave.
+
+        The portable unit of resume is the blob (Distribution 2.8 drops an upload session after
+        an interrupted PATCH): a failed attempt starts again from byte 0 with a fresh stream.
+        A source whose bytes do not hash to ``digest`` is reported as an integrity error.
+        """
+        scope = f"repository:{repository}:pull,push"
+        sent_before = 0
+
+        def attempt() -> None:
+            nonlocal sent_before
+            start = self.request(
+                "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, ok=(202,), what=what
+            )
+            location = self._absolute(start.headers["Location"])
+            separator = "&" if "?" in location else "?"
+            with open_source() as source:
+                body = HashingBody(source, size, on_bytes=on_bytes)
+                try:
+                    response = self._session.put(
+                        f"{location}{separator}digest={digest}",
+                        data=body,
+                        headers={
+                            **self._auth_header(scope),
+                            "Content-Type": "application/octet-stream",
+                        },
+                        auth=self._basic_auth(),
+                        verify=self._verify,
+                        timeout=self._timeout,
+                    )
+                except _NETWORK_ERRORS as problem:
+                    if on_bytes is not None and body.sent:
+                        on_bytes(-body.sent)  # the retry sends these bytes again
+                    raise Retryable(f"upload of {what} interrupted") from problem
+                if body.sent == size and body.digest != digest:
+                    raise IntegrityError(
+                        f"{what}: bundle blob has digest {body.digest}, expected {digest}",
+                        hint="the bundle is damaged; run bundle verify to find the part",
+                    )
+            if response.status_code in (200, 201, 204):
+                return
+            if on_bytes is not None and body.sent:
+                on_bytes(-body.sent)
+            if response.status_code in _TRANSIENT_STATUS:
+                raise Retryable(f"HTTP {response.status_code}", after=_retry_after(response))
+            if response.status_code == 400 and "DIGEST_INVALID" in response.text:
+                raise IntegrityError(
+                    f"{what}: the registry computed another digest than {digest}",
+                    hint="the bundle is damaged; run bundle verify to find the part",
+                )
+            raise RemoteError(
+                f"registry {self.registry}: upload of {what} failed with HTTP"
+                f" {response.status_code}",
+                hint="check the registry's logs and storage",
+            )
+
+        def note(attempt_number: int, problem: Retryable) -> None:
+            self._tell(
+                f"{self.registry}: upload of {what}: {problem.reason}, retry {attempt_number}"
+            )
+
+        try:
+            self.retry.run(attempt, on_retry=note)
+        except Retryable as problem:
+            raise RemoteError(
+                f"registry {self.registry}: upload of {what} still failing after"
+                f" {self.retry.attempts} attempts ({problem.reason})",
+                hint="the registry is overloaded or failing; re-run to resume",
+            ) from problem
+
+    def put_manifest(
+        self, repository: str, reference: str, content: bytes, media_type: str
+    ) -> None:
+        """Store a manifest under a digest or a tag."""
+        self.request(
+            "PUT",
+            f"/v2/{repository}/manifests/{reference}",
+            scope=f"repository:{repository}:pull,push",
+            headers={"Content-Type": media_type},
+            data=content,
+            ok=(201, 200),
+            what=f"manifest {repository}:{reference}",
+        )
 
 
 class _ResumingBlobReader(io.RawIOBase):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,3 +60,43 @@ class RetryPolicy:
                     on_retry(attempt, problem)
                 sleep(self.delay(attempt, problem.after))
                 attempt += 1
+
+
+class AdaptiveConcurrency:
+    """How many transfers may run at once: halved when a server pushes back, regrown slowly.
+
+    Retries alone keep hammering an overloaded registry with the same number of streams;
+    lowering concurrency on each retry (additive increase, multiplicative decrease, as TCP does)
+    lets it recover.
+    """
+
+    def __init__(self, maximum: int, *, regrow_after: int = 4) -> None:
+        self.maximum = max(1, maximum)
+        self.limit = self.maximum
+        self._in_use = 0
+        self._successes = 0
+        self._regrow_after = regrow_after
+        self._condition = threading.Condition()
+
+    def __enter__(self) -> AdaptiveConcurrency:
+        with self._condition:
+            while self._in_use >= self.limit:
+                self._condition.wait()
+            self._in_use += 1
+        return self
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        with self._condition:
+            self._in_use -= 1
+            if kind is None:
+                self._successes += 1
+                if self._successes >= self._regrow_after and self.limit < self.maximum:
+                    self.limit += 1
+                    self._successes = 0
+            self._condition.notify_all()
+
+    def back_off(self) -> None:
+        """A server asked us to slow down (or failed): halve the number of parallel transfers."""
+        with self._condition:
+            self.limit = max(1, self.limit // 2)
+            self._successes = 0

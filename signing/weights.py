@@ -390,17 +390,31 @@ def sign_bundle(
     source: BlobSource, manifest: BundleManifest, signer: Signer, signer_name: str
 ) -> list[str]:
     """Add ``signer_name``'s signatures over every model and the bundle manifest."""
-    written = []
-    for artifact in manifest.artifacts:
-        if artifact.kind != "model":
-            continue
-        statement = model_manifest(source, artifact).statement()
-        name = layout.model_signature_name(artifact.name, artifact.version, signer_name)
-        written.append(source.add_signature(name, signer.sign_statement(statement).to_json()))
+    signatures = [
+        (
+            layout.model_signature_name(artifact.name, artifact.version, signer_name),
+            signer.sign_statement(model_manifest(source, artifact).statement()).to_json(),
+        )
+        for artifact in manifest.artifacts
+        if artifact.kind == "model"
+    ]
     statement = bundle_statement(manifest.name, manifest.version, manifest.digest)
-    name = layout.bundle_signature_name(signer_name)
-    written.append(source.add_signature(name, signer.sign_statement(statement).to_json()))
-    return written
+    signatures.append(
+        (layout.bundle_signature_name(signer_name), signer.sign_statement(statement).to_json())
+    )
+    return _add_all(source, signatures)
+
+
+def _add_all(source: BlobSource, signatures: list[tuple[str, bytes]]) -> list[str]:
+    """Add every signature or none: a name already taken is refused before anything is written."""
+    existing = set(source.signature_names())
+    for name, _ in signatures:
+        if name in existing:
+            raise InputError(
+                f"{source.description} already has the signature {name}",
+                hint="signatures are never replaced: choose another --signer-name",
+            )
+    return [source.add_signature(name, content) for name, content in signatures]
 
 
 def resign_bundle(
@@ -417,18 +431,15 @@ def resign_bundle(
     if policy.bundles.required or policy.bundles.optional:
         check_bundle_signatures(source, manifest, policy)
     reports = verify_bundle_weights(source, policy, jobs=jobs, progress=progress)
-    written = []
+    signatures = []
     for report, artifact in zip(
         reports, [a for a in manifest.artifacts if a.kind == "model"], strict=True
     ):
         # Sign exactly what was verified: the signed manifest, not a re-read of the bundle.
         name = layout.model_signature_name(artifact.name, artifact.version, signer_name)
-        signature = signer.sign_statement(report.manifest.statement()).to_json()
-        written.append(source.add_signature(name, signature))
+        signatures.append((name, signer.sign_statement(report.manifest.statement()).to_json()))
     statement = bundle_statement(manifest.name, manifest.version, manifest.digest)
-    written.append(
-        source.add_signature(
-            layout.bundle_signature_name(signer_name), signer.sign_statement(statement).to_json()
-        )
+    signatures.append(
+        (layout.bundle_signature_name(signer_name), signer.sign_statement(statement).to_json())
     )
-    return reports, written
+    return reports, _add_all(source, signatures)

@@ -1,0 +1,290 @@
+"""Put a bundle's model weights into the customer's S3-compatible object store.
+
+Objects land at ``s3://BUCKET/PREFIX/MODEL/VERSION/FILE`` with their sha256 in the metadata
+(``x-amz-meta-sha256``), uploaded in parallel multipart parts from a stream that is hashed as
+boto3 reads it: a blob whose bytes do not match fails on its last read, before the upload is
+completed, so no object with a wrong digest is ever published. An object already there with the
+same sha256 and size is skipped. The model's manifest and its signatures go last: consumers
+(the prefetch agent) trust nothing until they are there. Credentials come from the AWS chain
+(environment, shared files, instance roles), never from the command line.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from sealift import media_types
+from sealift.audit_log import AuditLog
+from sealift.bundles import layout
+from sealift.bundles.blob_source import BlobSource
+from sealift.bundles.bundle_manifest import Artifact, BundleManifest
+from sealift.descriptors import children_of
+from sealift.errors import InputError, IntegrityError, RemoteError
+from sealift.hashing import VerifyingReader, sha256_bytes
+from sealift.progress import Progress
+
+SHA256_METADATA = "sha256"
+MODEL_MANIFEST_OBJECT = ".sealift/model-manifest.json"
+SIGNATURES_FOLDER = ".sealift/signatures"
+MIN_PART = 16 * 1024 * 1024
+MAX_PARTS = 9000  # below S3's 10,000 with room to spare
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """``s3://bucket/prefix`` and how to reach it."""
+
+    bucket: str
+    prefix: str
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool = False
+    ca_file: str | None = None
+
+    def key(self, *parts: str) -> str:
+        """An object key under the prefix."""
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+
+    def url(self, key: str = "") -> str:
+        return f"s3://{self.bucket}/{key}" if key else f"s3://{self.bucket}/{self.prefix}"
+
+
+def parse_store_url(
+    text: str,
+    *,
+    endpoint: str | None = None,
+    region: str | None = None,
+    path_style: bool = False,
+    ca_file: str | None = None,
+) -> StoreTarget:
+    """Parse ``--weights s3://bucket/prefix``."""
+    if not text.startswith("s3://") or len(text) <= len("s3://"):
+        raise InputError(f"--weights {text!r} is not an s3:// URL", hint="e.g. s3://models/llm")
+    bucket, _, prefix = text[len("s3://") :].partition("/")
+    if not bucket or ".." in PurePosixPath(prefix).parts:
+        raise InputError(
+            f"--weights {text!r} has no bucket or an unsafe prefix", hint="s3://bucket/prefix"
+        )
+    return StoreTarget(bucket, prefix.strip("/"), endpoint, region, path_style, ca_file)
+
+
+def make_client(target: StoreTarget, *, jobs: int) -> Any:
+    """A boto3 S3 client for the target; credentials from the standard AWS chain."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        s3={"addressing_style": "path" if target.path_style else "auto"},
+        retries={"max_attempts": 8, "mode": "adaptive"},
+        max_pool_connections=max(jobs * 2, 4),
+        # Checksums only where asked: not every S3-compatible server speaks the new ones.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=target.endpoint,
+        region_name=target.region or "us-east-1",
+        config=config,
+        verify=target.ca_file if target.ca_file else True,
+    )
+
+
+def _fail(target: StoreTarget, action: str, problem: Exception) -> RemoteError:
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    if isinstance(problem, NoCredentialsError):
+        return RemoteError(
+            f"no credentials for the object store {target.url()}",
+            hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials",
+        )
+    if isinstance(problem, ClientError):
+        code = problem.response.get("Error", {}).get("Code", "error")
+        hints = {
+            "NoSuchBucket": "create the bucket first, or check --weights",
+            "AccessDenied": "the credentials lack permission for this bucket and prefix",
+            "InvalidAccessKeyId": "check the access key id",
+            "SignatureDoesNotMatch": "check the secret access key",
+        }
+        return RemoteError(
+            f"object store {target.url()}: {action} failed ({code})",
+            hint=hints.get(code, "check the store's logs"),
+        )
+    return RemoteError(
+        f"object store {target.endpoint or target.url()} is unreachable during {action}"
+        f" ({type(problem).__name__})",
+        hint="check --s3-endpoint, the network and the CA (--ca-file)",
+    )
+
+
+def preflight(client: Any, target: StoreTarget) -> None:
+    """Bucket reachable and writable, before any byte moves."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    probe = target.key(".sealift/preflight")
+    try:
+        client.head_bucket(Bucket=target.bucket)
+        client.put_object(Bucket=target.bucket, Key=probe, Body=b"sealift preflight\n")
+        client.delete_object(Bucket=target.bucket, Key=probe)
+    except (BotoCoreError, ClientError) as problem:
+        raise _fail(
+            target, "the preflight check (head bucket, write, delete)", problem
+        ) from problem
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    """Counts for the summary."""
+
+    models: int
+    uploaded: int
+    present: int
+    bytes_uploaded: int
+
+
+def _model_files(
+    source: BlobSource, artifact: Artifact
+) -> tuple[bytes, list[tuple[str, str, int]]]:
+    content = source.read_small(layout.blob_name(artifact.digest))
+    if sha256_bytes(content) != artifact.digest:
+        raise IntegrityError(f"model {artifact.name}: its manifest does not match its digest")
+    files = []
+    for layer in children_of(content, artifact.media_type, where=f"model {artifact.name}").layers:
+        path = layer.annotation(media_types.MODEL_FILEPATH_ANNOTATION)
+        if not path or path.startswith("/") or ".." in PurePosixPath(path).parts:
+            raise IntegrityError(
+                f"model {artifact.name}: unsafe file path {path!r} in its manifest"
+            )
+        files.append((path, layer.digest, layer.size))
+    return content, files
+
+
+def upload_models(
+    source: BlobSource,
+    manifest: BundleManifest,
+    client: Any,
+    target: StoreTarget,
+    *,
+    jobs: int,
+    progress: Progress,
+    audit: AuditLog,
+) -> StoreResult:
+    """Upload every model's files (their manifests follow in :func:`publish_model_manifests`)."""
+    from boto3.s3.transfer import TransferConfig
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    models = [a for a in manifest.artifacts if a.kind == "model"]
+    work: list[tuple[Artifact, str, str, int]] = []
+    for artifact in models:
+        _, files = _model_files(source, artifact)
+        work.extend((artifact, path, digest, size) for path, digest, size in files)
+    counts = {"uploaded": 0, "present": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    def existing_sha(key: str, size: int) -> str | None:
+        try:
+            head = client.head_object(Bucket=target.bucket, Key=key)
+        except ClientError as problem:
+            if problem.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise _fail(target, f"HEAD {key}", problem) from problem
+        if head.get("ContentLength") != size:
+            return None
+        return head.get("Metadata", {}).get(SHA256_METADATA)
+
+    total = sum(size for _, _, _, size in work)
+    with progress.task("upload weights", total) as bar:
+
+        def one(item: tuple[Artifact, str, str, int]) -> None:
+            artifact, path, digest, size = item
+            key = target.key(artifact.name, artifact.version, path)
+            hexdigest = digest.removeprefix("sha256:")
+            if existing_sha(key, size) == hexdigest:
+                bar.update(size)
+                with lock:
+                    counts["present"] += 1
+                audit.record("object-present", key=key, digest=digest, size=size)
+                return
+            part = max(MIN_PART, math.ceil(size / MAX_PARTS))
+            config = TransferConfig(
+                multipart_threshold=part,
+                multipart_chunksize=part,
+                max_concurrency=2,
+                use_threads=True,
+            )
+            name = layout.blob_name(digest)
+            where = source.location(name)
+            with source.open(name) as stream:
+                reader = VerifyingReader(
+                    stream,
+                    expected_digest=digest,
+                    expected_size=size,
+                    what=f"{path} of model {artifact.name} [{where}]",
+                    on_bytes=bar.update,
+                )
+                try:
+                    client.upload_fileobj(
+                        reader,
+                        target.bucket,
+                        key,
+                        ExtraArgs={
+                            "Metadata": {SHA256_METADATA: hexdigest},
+                            "ContentType": "application/octet-stream",
+                        },
+                        Config=config,
+                    )
+                except IntegrityError:
+                    raise
+                except (BotoCoreError, ClientError) as problem:
+                    raise _fail(target, f"upload of {key}", problem) from problem
+            with lock:
+                counts["uploaded"] += 1
+                counts["bytes"] += size
+            audit.record("object-uploaded", key=key, digest=digest, size=size)
+
+        with ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="s3") as pool:
+            for future in [pool.submit(one, item) for item in work]:
+                future.result()
+
+    return StoreResult(len(models), counts["uploaded"], counts["present"], counts["bytes"])
+
+
+def publish_model_manifests(
+    source: BlobSource,
+    manifest: BundleManifest,
+    client: Any,
+    target: StoreTarget,
+    *,
+    audit: AuditLog,
+) -> None:
+    """Last: each model's manifest and signatures, what a consumer needs to trust the objects."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    for artifact in (a for a in manifest.artifacts if a.kind == "model"):
+        content, _ = _model_files(source, artifact)
+        base = (artifact.name, artifact.version)
+        objects = [(target.key(*base, MODEL_MANIFEST_OBJECT), content)]
+        prefix = layout.model_signature_prefix(artifact.name, artifact.version)
+        for name in source.signature_names():
+            if name.startswith(prefix):
+                signer_file = name[len(prefix) :]
+                objects.append(
+                    (target.key(*base, SIGNATURES_FOLDER, signer_file), source.read_signature(name))
+                )
+        for key, body in objects:
+            try:
+                client.put_object(
+                    Bucket=target.bucket,
+                    Key=key,
+                    Body=body,
+                    Metadata={SHA256_METADATA: sha256_bytes(body).removeprefix("sha256:")},
+                    ContentType="application/json",
+                )
+            except (BotoCoreError, ClientError) as problem:
+                raise _fail(target, f"upload of {key}", problem) from problem
+            audit.record("object-published", key=key, digest=sha256_bytes(body), size=len(body))
