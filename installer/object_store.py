@@ -86,7 +86,8 @@ def make_client(target: StoreTarget, *, jobs: int) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return boto3.client(
+    # A session of its own: boto3's module-level default caches credentials across calls.
+    return boto3.session.Session().client(
         "s3",
         endpoint_url=target.endpoint,
         region_name=target.region or "us-east-1",
@@ -106,7 +107,10 @@ def _fail(target: StoreTarget, action: str, problem: Exception) -> RemoteError:
     if isinstance(problem, ClientError):
         code = problem.response.get("Error", {}).get("Code", "error")
         hints = {
-            "NoSuchBucket": "create the bucket first, or check --weights",
+            # HEAD requests carry no error body: S3 then reports only the status code.
+            "404": "the bucket does not exist: create it first, or check --weights",
+            "403": "the credentials lack permission for this bucket and prefix",
+            "NoSuchBucket": "the bucket does not exist: create it first, or check --weights",
             "AccessDenied": "the credentials lack permission for this bucket and prefix",
             "InvalidAccessKeyId": "check the access key id",
             "SignatureDoesNotMatch": "check the secret access key",

@@ -164,28 +164,39 @@ def evaluate(
     name are ignored: the cluster trusts only what the policy names.
     """
     names = (*requirement.required, *requirement.optional)
+    if not names:
+        raise InputError(
+            f"{subject}: {policy.source} names no signer for this kind of content",
+            hint="add required signers for weights (or bundles) to the trust policy",
+        )
     accepted: dict[str, tuple[str, bytes]] = {}
-    problems: list[str] = []
+    problems: dict[str, list[str]] = {name: [] for name in names}
     for source, signature in signatures:
         for name in names:
             verifier = policy.verifier(name)
             try:
                 identity = verifier.identify(signature, source=source)
             except IntegrityError as bad:
-                problems.append(bad.message)
+                problems[name].append(bad.message)
                 continue
             if identity is not None and name not in accepted:
                 accepted[name] = (identity, signature.payload)
-    bad_optional = [n for n in requirement.optional if n not in accepted and problems]
+    # An optional signer that did not sign is fine; one whose own signature fails is not.
+    bad_optional = [n for n in requirement.optional if n not in accepted and problems[n]]
     missing = [name for name in requirement.required if name not in accepted]
-    if missing or (bad_optional and problems):
+    if missing or bad_optional:
         who = ", ".join(missing or bad_optional)
-        detail = problems[0] if problems else f"no signature by {who} was found"
+        own = [message for name in (missing or bad_optional) for message in problems[name]]
+        detail = own[0] if own else f"no signature by {who} was found"
         raise IntegrityError(
             f"{subject}: not signed as {policy.source} requires ({who}): {detail}",
             hint="re-sign with the required key, or check the trust policy",
         )
-    return Verdict(subject=subject, accepted=accepted, problems=tuple(problems))
+    return Verdict(
+        subject=subject,
+        accepted=accepted,
+        problems=tuple(m for messages in problems.values() for m in messages),
+    )
 
 
 _VERSION_PART = re.compile(r"(\d+|[A-Za-z]+)")

@@ -118,6 +118,8 @@ def _agreeing_manifest(verdict: Verdict, *, subject: str) -> tuple[ModelManifest
         name: parse_statement(payload, source=f"{subject} signature by {name}")
         for name, (_, payload) in verdict.accepted.items()
     }
+    if not manifests:
+        raise IntegrityError(f"{subject}: no trusted signature", hint="check the trust policy")
     names = sorted(manifests)
     first = manifests[names[0]]
     for name in names[1:]:
