@@ -35,6 +35,12 @@ SEALIFT = str(Path(sys.executable).with_name("sealift"))
 SKOPEO = "/usr/bin/skopeo"
 
 
+@pytest.fixture(autouse=True)
+def _work_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # install appends its audit log to ./sealift-audit.jsonl by default: keep it out of the repo.
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
     if moto_server_binary() is None:
@@ -323,7 +329,7 @@ def test_kill_9_at_any_point_then_a_rerun_ends_in_the_clean_mirror(
     with SlowProxy(registry.host, rate=64 * 1024) as proxy:
         process = subprocess.Popen(
             [SEALIFT, "install", str(signed_bundle["bundle"]),
-             "--registry", f"{proxy.host}/{prefix}", "--insecure", "-q", "--audit-log", os.devnull],
+             "--registry", f"{proxy.host}/{prefix}", "--insecure", "-q"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env()},
         )  # fmt: skip
         time.sleep(kill_after)
