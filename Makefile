@@ -49,6 +49,8 @@ demo: deps
 bench: deps
 	$(BIN)/python bench/bench_create.py
 	$(BIN)/python bench/bench_verify.py
+	$(BIN)/python bench/bench_weights.py
+	$(BIN)/python bench/bench_install.py
 
 clean:
 	rm -rf $(CACHE) demo-out bench/out .pytest_cache .ruff_cache
