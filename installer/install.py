@@ -111,9 +111,10 @@ def install(bundle: Path, options: InstallOptions, progress: Progress) -> Instal
                 )
                 client.ping()
             s3 = None
+            checksums = False
             if options.store is not None:
                 s3 = make_client(options.store, jobs=options.jobs)
-                preflight(s3, options.store)
+                checksums = preflight(s3, options.store)
             stored: list[StoreResult] = []
 
             def upload_weights() -> None:
@@ -129,6 +130,7 @@ def install(bundle: Path, options: InstallOptions, progress: Progress) -> Instal
                             jobs=options.jobs,
                             progress=progress,
                             audit=audit,
+                            checksums=checksums,
                         )
                     )
 

@@ -11,6 +11,8 @@ same sha256 and size is skipped. The model's manifest and its signatures go last
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -126,19 +128,34 @@ def _fail(target: StoreTarget, action: str, problem: Exception) -> RemoteError:
     )
 
 
-def preflight(client: Any, target: StoreTarget) -> None:
-    """Bucket reachable and writable, before any byte moves."""
+def preflight(client: Any, target: StoreTarget) -> bool:
+    """Bucket reachable and writable, before any byte moves.
+
+    Returns whether the server verifies SHA-256 checksums on upload (``x-amz-checksum-sha256``):
+    the probe object is written with one, and a server that refuses the header is used without.
+    """
     from botocore.exceptions import BotoCoreError, ClientError
 
     probe = target.key(".sealift/preflight")
+    body = b"sealift preflight\n"
+    checksum = base64.b64encode(hashlib.sha256(body).digest()).decode()
     try:
         client.head_bucket(Bucket=target.bucket)
-        client.put_object(Bucket=target.bucket, Key=probe, Body=b"sealift preflight\n")
+        try:
+            client.put_object(Bucket=target.bucket, Key=probe, Body=body, ChecksumSHA256=checksum)
+            checksums = True
+        except ClientError as refused:
+            code = refused.response.get("Error", {}).get("Code", "")
+            if code not in ("NotImplemented", "InvalidArgument", "InvalidRequest", "BadDigest"):
+                raise
+            client.put_object(Bucket=target.bucket, Key=probe, Body=body)
+            checksums = False
         client.delete_object(Bucket=target.bucket, Key=probe)
     except (BotoCoreError, ClientError) as problem:
         raise _fail(
             target, "the preflight check (head bucket, write, delete)", problem
         ) from problem
+    return checksums
 
 
 @dataclass(frozen=True)
@@ -177,8 +194,14 @@ def upload_models(
     jobs: int,
     progress: Progress,
     audit: AuditLog,
+    checksums: bool = False,
 ) -> StoreResult:
-    """Upload every model's files (their manifests follow in :func:`publish_model_manifests`)."""
+    """Upload every model's files (their manifests follow in :func:`publish_model_manifests`).
+
+    With ``checksums`` the server verifies too: a single-part object carries its whole-file
+    SHA-256 (``x-amz-checksum-sha256``, the same digest as the metadata); a multipart one
+    carries per-part SHA-256 checksums, since S3 has no whole-object SHA-256 for multipart.
+    """
     from boto3.s3.transfer import TransferConfig
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -223,6 +246,14 @@ def upload_models(
             )
             name = layout.blob_name(digest)
             where = source.location(name)
+            extra: dict[str, Any] = {
+                "Metadata": {SHA256_METADATA: hexdigest},
+                "ContentType": "application/octet-stream",
+            }
+            if checksums and size <= part:
+                extra["ChecksumSHA256"] = base64.b64encode(bytes.fromhex(hexdigest)).decode()
+            elif checksums:
+                extra["ChecksumAlgorithm"] = "SHA256"
             with source.open(name) as stream:
                 reader = VerifyingReader(
                     stream,
@@ -233,14 +264,7 @@ def upload_models(
                 )
                 try:
                     client.upload_fileobj(
-                        reader,
-                        target.bucket,
-                        key,
-                        ExtraArgs={
-                            "Metadata": {SHA256_METADATA: hexdigest},
-                            "ContentType": "application/octet-stream",
-                        },
-                        Config=config,
+                        reader, target.bucket, key, ExtraArgs=extra, Config=config
                     )
                 except IntegrityError:
                     raise

@@ -32,6 +32,8 @@ class FaultProxy:
         self.rate = rate
         self.budget = budget
         self.injected: list[str] = []
+        # Every request seen, for tests that check what a client sent: (method, path, headers).
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -61,6 +63,8 @@ class FaultProxy:
             return fault
 
     def forward(self, handler: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.requests.append((handler.command, handler.path, dict(handler.headers.items())))
         fault = self._pick()
         length = int(handler.headers.get("Content-Length") or 0)
         if fault in ("500", "429"):
