@@ -47,6 +47,7 @@ class InstallOptions:
     policy: TrustPolicy | None = None
     allow_rollback: bool = False
     audit_log: Path | None = None
+    chunk_size: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def install(bundle: Path, options: InstallOptions, progress: Progress) -> Instal
                     ca_file=options.ca_file,
                     credentials=credentials,
                     connections=options.jobs + 2,
+                    chunk_size=options.chunk_size,
                     on_retry=lambda text: progress.note(text, level="warning"),
                 )
                 client.ping()

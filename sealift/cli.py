@@ -459,6 +459,12 @@ def bundle_inspect(bundle_path: Path, progress: Progress, json_output: bool) -> 
 )
 @click.option("--push-models", is_flag=True, help="Also push the model artifacts to the mirror.")
 @click.option(
+    "--chunk-size",
+    type=SizeType(),
+    default="256MiB",
+    help="Blobs larger than this are uploaded in PATCH chunks of this size.",
+)
+@click.option(
     "--audit-log",
     type=click.Path(path_type=Path, dir_okay=False),
     default=Path("sealift-audit.jsonl"),
@@ -485,6 +491,7 @@ def install_command(
     allow_rollback: bool,
     existing_tags: str,
     push_models: bool,
+    chunk_size: int,
     audit_log: Path,
     no_cluster: bool,
     jobs: int,
@@ -541,6 +548,7 @@ def install_command(
             policy=trust,
             allow_rollback=allow_rollback,
             audit_log=audit_log,
+            chunk_size=chunk_size,
         ),
         progress,
     )

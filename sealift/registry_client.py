@@ -32,6 +32,7 @@ _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 _NETWORK_ERRORS = (
     requests.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
     requests.Timeout,
     urllib3.exceptions.ProtocolError,
     urllib3.exceptions.ReadTimeoutError,
@@ -47,6 +48,22 @@ class _LargeBlockAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
 
 
+class _Limited:
+    """At most ``count`` bytes of a stream, as a request body."""
+
+    def __init__(self, source: Any, count: int) -> None:
+        self._source = source
+        self._left = count
+
+    def read(self, count: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        want = self._left if count is None or count < 0 else min(count, self._left)
+        data = self._source.read(want)
+        self._left -= len(data)
+        return data
+
+
 class HashingBody:
     """A request body that hashes what it sends: a blob is read once, verified as it leaves.
 
@@ -54,11 +71,17 @@ class HashingBody:
     """
 
     def __init__(
-        self, source: Any, size: int, *, on_bytes: Callable[[int], None] | None = None
+        self,
+        source: Any,
+        size: int,
+        *,
+        on_bytes: Callable[[int], None] | None = None,
+        hasher: Any = None,
     ) -> None:
         self._source = source
         self._size = size
-        self._hasher = hashlib.sha256()
+        # A chunk of a larger blob feeds the blob's running hash (restored on a failed chunk).
+        self._hasher = hasher if hasher is not None else hashlib.sha256()
         self.sent = 0
         self._on_bytes = on_bytes
 
@@ -107,6 +130,7 @@ class RegistryClient:
         retry: RetryPolicy | None = None,
         connections: int = 8,
         timeout: tuple[float, float] = (10.0, 120.0),
+        chunk_size: int = 256 * 1024 * 1024,
         on_retry: Callable[[str], None] | None = None,
     ) -> None:
         self.registry = registry
@@ -116,6 +140,8 @@ class RegistryClient:
         self._credentials = credentials
         self.retry = retry or RetryPolicy()
         self._timeout = timeout
+        # Blobs larger than this go up in PATCH chunks (0: always one PUT).
+        self.chunk_size = chunk_size
         # Everyone who wants to hear about retries (the progress notes, a concurrency limit).
         self.retry_listeners: list[Callable[[str], None]] = [on_retry] if on_retry else []
         self._session = requests.Session()
@@ -151,6 +177,16 @@ class RegistryClient:
             f"registry {self.registry} is unreachable ({reason})",
             hint="check the address, the port and that the registry is running",
         )
+
+    def _refused(self) -> RemoteError:
+        return RemoteError(
+            f"registry {self.registry} refused the credentials",
+            hint="log in again (docker login, podman login or --username with --password-stdin)",
+        )
+
+    def _forget_token(self, scope: str) -> None:
+        with self._lock:
+            self._tokens.pop(scope, None)
 
     def _tell(self, text: str) -> None:
         for listener in list(self.retry_listeners):
@@ -249,7 +285,8 @@ class RegistryClient:
         url = path if path.startswith("http") else self.base_url + path
 
         def attempt() -> requests.Response:
-            for _ in range(2):  # the second pass runs after an auth challenge was answered
+            refreshed = False
+            for _ in range(3):  # later passes run after an auth challenge was answered
                 all_headers = {**self._auth_header(scope), **(headers or {})}
                 body = data() if callable(data) else data
                 try:
@@ -272,13 +309,13 @@ class RegistryClient:
                     raise Retryable(f"{type(problem).__name__}") from problem
                 if response.status_code == 401 and 401 not in ok:
                     response.close()
-                    if self._basic or "Authorization" in all_headers:
+                    if self._basic or refreshed:
                         # Credentials were sent and refused: asking again will not help.
-                        raise RemoteError(
-                            f"registry {self.registry} refused the credentials",
-                            hint="log in again (docker login / podman login) or check --authfile",
-                        )
+                        raise self._refused()
+                    # No token yet, or an expired one: ask the token service (once).
+                    self._forget_token(scope)
                     self._authenticate(response, scope)
+                    refreshed = "Authorization" in all_headers or self._tokens.get(scope) is None
                     continue
                 if response.status_code in ok:
                     return response
@@ -296,10 +333,7 @@ class RegistryClient:
                     f" with HTTP {response.status_code}",
                     hint="check the reference and the registry's logs",
                 )
-            raise RemoteError(
-                f"registry {self.registry} kept asking for authentication",
-                hint="check the credentials and the token service",
-            )
+            raise self._refused()
 
         def note(attempt_number: int, problem: Retryable) -> None:
             self._tell(f"{self.registry}: {problem.reason}, retry {attempt_number}")
@@ -424,11 +458,14 @@ class RegistryClient:
         an interrupted PATCH): a failed attempt starts again from byte 0 with a fresh stream.
         A source whose bytes do not hash to ``digest`` is reported as an integrity error.
         """
+        if self.chunk_size and size > self.chunk_size:
+            self._upload_chunked(
+                repository, digest, size, open_source, what=what, on_bytes=on_bytes
+            )
+            return
         scope = f"repository:{repository}:pull,push"
-        sent_before = 0
 
         def attempt() -> None:
-            nonlocal sent_before
             start = self.request(
                 "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, ok=(202,), what=what
             )
@@ -461,6 +498,10 @@ class RegistryClient:
                 return
             if on_bytes is not None and body.sent:
                 on_bytes(-body.sent)
+            if response.status_code == 401:
+                # A bearer token expired during a long upload: a fresh one, a fresh attempt.
+                self._forget_token(scope)
+                raise Retryable("HTTP 401 (token expired)")
             if response.status_code in _TRANSIENT_STATUS:
                 raise Retryable(f"HTTP {response.status_code}", after=_retry_after(response))
             if response.status_code == 400 and "DIGEST_INVALID" in response.text:
@@ -487,6 +528,119 @@ class RegistryClient:
                 f" {self.retry.attempts} attempts ({problem.reason})",
                 hint="the registry is overloaded or failing; re-run to resume",
             ) from problem
+
+    def _upload_chunked(
+        self,
+        repository: str,
+        digest: str,
+        size: int,
+        open_source: Callable[[], Any],
+        *,
+        what: str,
+        on_bytes: Callable[[int], None] | None,
+    ) -> None:
+        """Upload in PATCH chunks; after a failed chunk, resume only where the registry proves it.
+
+        After an interrupted PATCH the upload's status (GET on its URL) is asked for. A registry
+        that reports exactly the bytes of the chunks it acknowledged keeps the session: the
+        failed chunk is sent again from the source, with the hash state saved at that boundary.
+        Anything else (Distribution 2.8 forgets the session) starts the blob again from byte 0.
+        """
+        scope = f"repository:{repository}:pull,push"
+        restarts = 0
+        while True:
+            start = self.request(
+                "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, ok=(202,), what=what
+            )
+            location = self._absolute(start.headers["Location"])
+            offset = 0
+            hasher = hashlib.sha256()
+            failures = 0
+            with open_source() as source:
+                while offset < size:
+                    count = min(self.chunk_size, size - offset)
+                    checkpoint = hasher.copy()
+                    source.seek(offset)
+                    body = HashingBody(
+                        _Limited(source, count), count, on_bytes=on_bytes, hasher=hasher
+                    )
+                    try:
+                        response = self._session.patch(
+                            location,
+                            data=body,
+                            headers={
+                                **self._auth_header(scope),
+                                "Content-Type": "application/octet-stream",
+                                "Content-Range": f"{offset}-{offset + count - 1}",
+                            },
+                            auth=self._basic_auth(),
+                            verify=self._verify,
+                            timeout=self._timeout,
+                        )
+                        status = response.status_code
+                    except _NETWORK_ERRORS:
+                        status = 0
+                    if status == 401:
+                        self._forget_token(scope)  # expired: the status probe fetches a new one
+                    if status == 202 and body.sent == count:
+                        location = self._absolute(response.headers.get("Location", location))
+                        offset += count
+                        continue
+                    if on_bytes is not None and body.sent:
+                        on_bytes(-body.sent)
+                    failures += 1
+                    if failures >= self.retry.attempts:
+                        raise RemoteError(
+                            f"registry {self.registry}: chunked upload of {what} kept failing"
+                            f" at byte {offset}",
+                            hint="the registry is overloaded or failing; re-run to resume",
+                        )
+                    self._tell(f"{self.registry}: chunk at byte {offset} of {what} failed")
+                    time.sleep(self.retry.delay(failures))
+                    hasher = checkpoint  # forget the failed chunk's bytes
+                    if self._upload_offset(location, scope) == offset:
+                        continue  # the registry kept every acknowledged chunk
+                    break  # the session is gone: start the blob again
+                else:
+                    if "sha256:" + hasher.hexdigest() != digest:
+                        raise IntegrityError(
+                            f"{what}: bundle blob has digest sha256:{hasher.hexdigest()},"
+                            f" expected {digest}",
+                            hint="the bundle is damaged; run bundle verify to find the part",
+                        )
+                    separator = "&" if "?" in location else "?"
+                    self.request(
+                        "PUT",
+                        f"{location}{separator}digest={digest}",
+                        scope=scope,
+                        ok=(201, 204),
+                        headers={"Content-Type": "application/octet-stream"},
+                        data=b"",
+                        what=what,
+                    )
+                    return
+            restarts += 1
+            if on_bytes is not None and offset:
+                on_bytes(-offset)
+            if restarts >= self.retry.attempts:
+                raise RemoteError(
+                    f"registry {self.registry}: chunked upload of {what} restarted"
+                    f" {restarts} times",
+                    hint="the registry keeps dropping upload sessions; re-run later",
+                )
+
+    def _upload_offset(self, location: str, scope: str) -> int | None:
+        """Bytes an upload session holds, per the registry (``Range: 0-N``), or None."""
+        try:
+            response = self.request(
+                "GET", location, scope=scope, ok=(204, 404, 400), what="upload status"
+            )
+        except RemoteError:
+            return None
+        value = response.headers.get("Range", "")
+        if response.status_code != 204 or not value.startswith("0-"):
+            return None
+        return int(value[2:]) + 1
 
     def put_manifest(
         self, repository: str, reference: str, content: bytes, media_type: str

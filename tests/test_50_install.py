@@ -312,6 +312,24 @@ def test_a_faulty_network_still_ends_in_a_complete_mirror(
         assert mirror_digest(f"{registry.host}/faulty", artifact["ref"]) == artifact["digest"]
 
 
+def test_chunked_uploads_survive_a_faulty_network(
+    signed_bundle: dict, registry: RegistryServer
+) -> None:
+    # Chunks of 64 KiB make every model blob a multi-chunk upload; Distribution 2.8 forgets an
+    # upload session after an interrupted PATCH, so each failed blob starts again from byte 0.
+    with FaultProxy(registry.host, seed=5, rate=0.3, budget=20) as proxy:
+        result = install(
+            signed_bundle["bundle"], f"{proxy.host}/chunked", None, "",
+            "--push-models", "--chunk-size", "64KiB",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        patches = [r for r in proxy.requests if r[0] == "PATCH"]
+        assert len(patches) > 10 and len(proxy.injected) >= 5
+    for artifact in signed_bundle["manifest"]["artifacts"]:
+        if artifact["kind"] in ("image", "chart", "sbom", "model"):
+            assert mirror_digest(f"{registry.host}/chunked", artifact["ref"]) == artifact["digest"]
+
+
 def mirror_state(registry: RegistryServer, prefix: str, manifest: dict) -> dict[str, str]:
     state = {}
     for artifact in mirrored(manifest):
