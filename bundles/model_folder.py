@@ -159,3 +159,39 @@ def _format_of(files: tuple[ModelFile, ...]) -> str:
         if candidate in suffixes:
             return candidate
     return "unknown"
+
+
+@dataclass(frozen=True)
+class ModelLayer:
+    """One file of a model artifact as its manifest lists it."""
+
+    path: str
+    digest: str
+    size: int
+    media_type: str
+
+
+def model_layers(content: bytes, *, where: str) -> tuple[ModelLayer, ...]:
+    """The files a ModelPack manifest lists, with safe relative paths, in manifest order.
+
+    Every consumer of a model manifest (signing, install, prefetch) reads it here, so a path
+    that would escape the model folder is refused in one place.
+    """
+    from pathlib import PurePosixPath
+
+    from sealift.descriptors import children_of
+    from sealift.errors import IntegrityError
+
+    layers = []
+    seen: set[str] = set()
+    for layer in children_of(content, media_types.OCI_MANIFEST, where=where).layers:
+        path = layer.annotation(media_types.MODEL_FILEPATH_ANNOTATION)
+        parts = PurePosixPath(path).parts if path else ()
+        if not path or path.startswith("/") or "\\" in path or ".." in parts or path in seen:
+            raise IntegrityError(
+                f"{where}: file path {path!r} in the model manifest is missing, unsafe or repeated",
+                hint="the model manifest is damaged or malicious; do not use it",
+            )
+        seen.add(path)
+        layers.append(ModelLayer(path, layer.digest, layer.size, layer.media_type))
+    return tuple(layers)

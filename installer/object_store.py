@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from sealift import media_types
 from sealift.audit_log import AuditLog
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest
-from sealift.descriptors import children_of
+from sealift.bundles.model_folder import model_layers
 from sealift.errors import InputError, IntegrityError, RemoteError
 from sealift.hashing import VerifyingReader, sha256_bytes
 from sealift.progress import Progress
@@ -174,15 +173,8 @@ def _model_files(
     content = source.read_small(layout.blob_name(artifact.digest))
     if sha256_bytes(content) != artifact.digest:
         raise IntegrityError(f"model {artifact.name}: its manifest does not match its digest")
-    files = []
-    for layer in children_of(content, artifact.media_type, where=f"model {artifact.name}").layers:
-        path = layer.annotation(media_types.MODEL_FILEPATH_ANNOTATION)
-        if not path or path.startswith("/") or ".." in PurePosixPath(path).parts:
-            raise IntegrityError(
-                f"model {artifact.name}: unsafe file path {path!r} in its manifest"
-            )
-        files.append((path, layer.digest, layer.size))
-    return content, files
+    layers = model_layers(content, where=f"model {artifact.name}")
+    return content, [(layer.path, layer.digest, layer.size) for layer in layers]
 
 
 def upload_models(

@@ -13,11 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sealift import media_types
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest, parse_bundle_manifest
-from sealift.bundles.model_folder import list_model_files
+from sealift.bundles.model_folder import list_model_files, model_layers
 from sealift.descriptors import children_of
 from sealift.errors import InputError, IntegrityError
 from sealift.hashing import hash_stream, sha256_bytes
@@ -232,13 +231,8 @@ def model_manifest(source: BlobSource, artifact: Artifact) -> ModelManifest:
             f"model {artifact.name} {artifact.version}: its manifest does not match its digest",
             hint="the bundle is damaged; run bundle verify",
         )
-    layers = children_of(content, artifact.media_type, where=f"model {artifact.name}").layers
-    digests = {}
-    for layer in layers:
-        path = layer.annotation(media_types.MODEL_FILEPATH_ANNOTATION)
-        if not path:
-            raise IntegrityError(f"model {artifact.name}: a layer has no file path annotation")
-        digests[path] = layer.digest
+    layers = model_layers(content, where=f"model {artifact.name}")
+    digests = {layer.path: layer.digest for layer in layers}
     return ModelManifest.build(f"{artifact.name}", digests, ignore_paths=DEFAULT_IGNORE_PATHS)
 
 
@@ -384,7 +378,7 @@ def verify_bundle_weights(
 
 def _layer_sizes(source: BlobSource, artifact: Artifact) -> dict[str, int]:
     content = source.read_small(layout.blob_name(artifact.digest))
-    layers = children_of(content, artifact.media_type, where=f"model {artifact.name}").layers
+    layers = model_layers(content, where=f"model {artifact.name}")
     return {layer.digest: layer.size for layer in layers}
 
 
