@@ -97,7 +97,7 @@ def make_client(target: StoreTarget, *, jobs: int) -> Any:
     )
 
 
-def _fail(target: StoreTarget, action: str, problem: Exception) -> RemoteError:
+def fail(target: StoreTarget, action: str, problem: Exception) -> RemoteError:
     from botocore.exceptions import ClientError, NoCredentialsError
 
     if isinstance(problem, NoCredentialsError):
@@ -151,9 +151,7 @@ def preflight(client: Any, target: StoreTarget) -> bool:
             checksums = False
         client.delete_object(Bucket=target.bucket, Key=probe)
     except (BotoCoreError, ClientError) as problem:
-        raise _fail(
-            target, "the preflight check (head bucket, write, delete)", problem
-        ) from problem
+        raise fail(target, "the preflight check (head bucket, write, delete)", problem) from problem
     return checksums
 
 
@@ -211,7 +209,7 @@ def upload_models(
         except ClientError as problem:
             if problem.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
-            raise _fail(target, f"HEAD {key}", problem) from problem
+            raise fail(target, f"HEAD {key}", problem) from problem
         if head.get("ContentLength") != size:
             return None
         return head.get("Metadata", {}).get(SHA256_METADATA)
@@ -261,7 +259,7 @@ def upload_models(
                 except IntegrityError:
                     raise
                 except (BotoCoreError, ClientError) as problem:
-                    raise _fail(target, f"upload of {key}", problem) from problem
+                    raise fail(target, f"upload of {key}", problem) from problem
             with lock:
                 counts["uploaded"] += 1
                 counts["bytes"] += size
@@ -306,5 +304,5 @@ def publish_model_manifests(
                     ContentType="application/json",
                 )
             except (BotoCoreError, ClientError) as problem:
-                raise _fail(target, f"upload of {key}", problem) from problem
+                raise fail(target, f"upload of {key}", problem) from problem
             audit.record("object-published", key=key, digest=sha256_bytes(body), size=len(body))

@@ -585,6 +585,121 @@ def install_command(
     )
 
 
+@main.command("prefetch")
+@click.option(
+    "--source",
+    required=True,
+    metavar="s3://BUCKET/PREFIX/NAME/VERSION",
+    envvar="SEALIFT_PREFETCH_SOURCE",
+    help="The model version in the weight store (env SEALIFT_PREFETCH_SOURCE).",
+)
+@click.option(
+    "--dest",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/opt/models"),
+    envvar="SEALIFT_PREFETCH_DEST",
+    help="The node's model store (env SEALIFT_PREFETCH_DEST).",
+)
+@click.option(
+    "--s3-endpoint", metavar="URL", envvar="AWS_ENDPOINT_URL", help="S3-compatible endpoint."
+)
+@click.option("--s3-region", metavar="REGION", envvar="AWS_REGION", help="S3 region.")
+@click.option(
+    "--s3-path-style", is_flag=True, envvar="SEALIFT_S3_PATH_STYLE", help="Path-style addressing."
+)
+@click.option(
+    "--s3-ca-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="CA bundle for the store's TLS.",
+)
+@trust_options
+@click.option(
+    "--keep",
+    type=click.IntRange(1, 100),
+    default=2,
+    help="Complete versions of the model kept on the node (the current one included).",
+)
+@click.option(
+    "--serve",
+    metavar="HOST:PORT",
+    help="Serve /livez, /readyz and /metrics, and keep running once the copy is in place.",
+)
+@JOBS
+@output_options
+def prefetch_command(
+    source: str,
+    dest: Path,
+    s3_endpoint: str | None,
+    s3_region: str | None,
+    s3_path_style: bool,
+    s3_ca_file: Path | None,
+    policy: Path | None,
+    trust_key: Path | None,
+    keep: int,
+    serve: str | None,
+    jobs: int,
+    progress: Progress,
+    json_output: bool,
+) -> None:
+    """Fetch one model version to this node's local disk, verified against the trust policy.
+
+    Signatures are checked before a byte of weights moves; files are hashed while they stream
+    and appear under DEST/NAME/DIGEST (with DEST/NAME/current pointing at it) only when all of
+    them are verified. Killed at any point, a re-run resumes where it stopped.
+    """
+    import signal
+    import threading
+
+    from sealift.installer.object_store import make_client, parse_store_url
+    from sealift.prefetch.agent import PrefetchMetrics, prefetch
+    from sealift.prefetch.health_server import HealthServer
+    from sealift.prefetch.s3_source import S3ModelSource
+
+    trust = _policy(policy, trust_key, required=True)
+    target = parse_store_url(
+        source,
+        endpoint=s3_endpoint,
+        region=s3_region,
+        path_style=s3_path_style,
+        ca_file=str(s3_ca_file) if s3_ca_file else None,
+    )
+    metrics = PrefetchMetrics()
+    server = HealthServer(serve, metrics).start() if serve else None
+    result = prefetch(
+        S3ModelSource(make_client(target, jobs=jobs), target),
+        dest,
+        trust,
+        jobs=jobs,
+        keep=keep,
+        progress=progress,
+        metrics=metrics,
+    )
+    if json_output:
+        _emit_json(
+            {
+                "path": str(result.path),
+                "name": result.name,
+                "manifestDigest": result.manifest_digest,
+                "files": result.files,
+                "bytesFetched": result.bytes_fetched,
+                "bytesReused": result.bytes_reused,
+                "signers": list(result.signers),
+                "removedVersions": list(result.removed_versions),
+            }
+        )
+    else:
+        click.echo(
+            f"ready: {result.path} ({result.files} files, {result.bytes_fetched} bytes fetched,"
+            f" {result.bytes_reused} reused), signed by {', '.join(result.signers)}"
+        )
+    if server is not None:
+        # Stay up, idle: the DaemonSet's rollout then means "weights on every node".
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop.wait()
+        server.stop()
+
+
 @main.group()
 def weights() -> None:
     """Sign, verify and re-sign model weights (OpenSSF model-signing format)."""

@@ -111,7 +111,7 @@ def compare(
             )
 
 
-def _agreeing_manifest(verdict: Verdict, *, subject: str) -> tuple[ModelManifest, tuple[str, ...]]:
+def agreeing_manifest(verdict: Verdict, *, subject: str) -> tuple[ModelManifest, tuple[str, ...]]:
     """Every accepted signature must vouch for the same files and digests."""
     manifests = {
         name: parse_statement(payload, source=f"{subject} signature by {name}")
@@ -210,7 +210,7 @@ def verify_folder(
             raise InputError(f"signature {path} cannot be read", hint="check the path") from bad
         found.append((str(path), read_signature_file(content, source=str(path))))
     verdict = evaluate(policy, policy.weights, found, subject=subject)
-    signed, identities = _agreeing_manifest(verdict, subject=subject)
+    signed, identities = agreeing_manifest(verdict, subject=subject)
     actual, total, ignored_present = hash_folder(
         folder, jobs=jobs, progress=progress, skip=tuple(signatures), ignored=signed.is_ignored
     )
@@ -287,7 +287,7 @@ def check_model_signatures(
     verdict = evaluate(policy, requirement, signatures, subject=subject)  # type: ignore[arg-type]
     if not verdict.accepted:
         raise IntegrityError(f"{subject}: no trusted signature", hint="check the trust policy")
-    signed, identities = _agreeing_manifest(verdict, subject=subject)
+    signed, identities = agreeing_manifest(verdict, subject=subject)
     actual = model_manifest(source, artifact).digests()
     compare(signed, actual, subject=subject)
     return signed, verdict, identities
