@@ -1,13 +1,21 @@
 """`make demo`: the main job end to end on small local data.
 
-Starts Debian's docker-registry on loopback, generates a small vendor release (a multi-arch
-vLLM-like image, the operator image, a layout, two archives, two charts, a model and a CA file),
-then runs what a release engineer and a customer would run: create a directory bundle and a split
-tar, verify both, inspect one. Everything stays on this machine under ./demo-out.
+Starts Debian's docker-registry and an S3 server (moto) on loopback, generates a small vendor
+release (a multi-arch vLLM-like image, the operator image, a layout, two archives, two charts, a
+model and a CA file), then runs what each party would run:
+
+* the vendor builds a signed bundle, as a directory and as a tar cut into parts;
+* the customer's security team verifies it offline and re-signs the weights with its own key;
+* the platform team verifies everything under the trust policy and installs it into the
+  registry mirror and the weight store;
+* a GPU node prefetches the weights to its local disk, verified against the policy.
+
+Everything stays on this machine under ./demo-out.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,8 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.registry_server import RegistryServer  # noqa: E402 - after the path set-up
+from support.pki import write_key_pair  # noqa: E402 - after the path set-up
+from support.registry_server import RegistryServer  # noqa: E402
 from support.release import make_release  # noqa: E402
+from support.s3_server import CREDENTIALS, S3Server  # noqa: E402
 
 OUT = ROOT / "demo-out"
 SEALIFT = str(Path(sys.executable).with_name("sealift"))
@@ -25,42 +35,54 @@ SEALIFT = str(Path(sys.executable).with_name("sealift"))
 
 def step(title: str, *args: str) -> None:
     """Show and run one sealift command; stop the demo if it fails."""
-    print(f"\n$ sealift {' '.join(args)}    # {title}", flush=True)
-    subprocess.run([SEALIFT, *args], check=True)
+    print(f"\n$ sealift {' '.join(args)}\n  # {title}", flush=True)
+    subprocess.run([SEALIFT, *args], check=True, env={**os.environ, **CREDENTIALS}, cwd=OUT)
 
 
 def main() -> None:
     """Run the demo."""
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir()
-    with RegistryServer(work_dir=OUT / "registry") as registry:
-        print(f"local registry on {registry.url}; generating a small vendor release ...")
+    vendor = write_key_pair(OUT, "vendor")
+    customer = write_key_pair(OUT, "customer", curve="P-384")
+    policy = OUT / "trust-policy.yaml"
+    policy.write_text(
+        "apiVersion: sealift.dev/v1alpha1\nkind: TrustPolicy\nsigners:\n"
+        "  - {name: vendor, key: vendor.pub}\n  - {name: customer, key: customer.pub}\n"
+        "weights: {required: [customer], optional: [vendor]}\n"
+        "bundles: {required: [customer]}\n"
+        "releases:\n  - {name: llama-70b-chat, minimumVersion: 2026.12.0}\n"
+    )
+    with RegistryServer(work_dir=OUT / "registry") as registry, S3Server() as s3:
+        s3.client().create_bucket(Bucket="models")
+        print(f"registry on {registry.url}, S3 on {s3.endpoint}; generating a small release ...")
         release = make_release(OUT / "release", registry.host, shard_size=8 * 1024 * 1024)
-        print(f"bundle file: {release.bundle_file}")
         print(release.bundle_file.read_text())
         common = ["-f", str(release.bundle_file), "--plain-http", registry.host]
-        step(
-            "vendor: build a directory bundle",
-            "bundle",
-            "create",
-            *common,
-            "-o",
-            str(OUT / "llama70b-2026.12"),
-        )
-        step(
-            "vendor: the same bundle as a tar cut into parts for transfer media",
-            "bundle", "create", *common, "-o", str(OUT / "llama70b.tar"), "--split", "8MiB",
-        )  # fmt: skip
-    step(
-        "customer: verify every hash, reading the parts in place",
-        "bundle",
-        "verify",
-        str(OUT / "llama70b.tar.000"),
-        "--parts",
-    )
-    step("customer: verify the directory form", "bundle", "verify", str(OUT / "llama70b-2026.12"))
-    step("anyone: what is in it", "bundle", "inspect", str(OUT / "llama70b.tar"))
-    print(f"\ndemo finished: bundles are in {OUT}")
+        bundle = str(OUT / "llama70b-2026.12")
+        step("vendor: build a signed directory bundle",
+             "bundle", "create", *common, "-o", bundle, "--sign-key", str(vendor.key))  # fmt: skip
+        step("vendor: the same bundle as a tar cut into parts for transfer media",
+             "bundle", "create", *common, "-o", str(OUT / "llama70b.tar"), "--split", "8MiB",
+             "--sign-key", str(vendor.key))  # fmt: skip
+        step("customer: verify every hash, reading the parts in place",
+             "bundle", "verify", str(OUT / "llama70b.tar.000"), "--parts",
+             "--trust", str(vendor.public))  # fmt: skip
+        step("security team: check the vendor's signature and sign the weights again",
+             "weights", "resign", bundle, "--trust", str(vendor.public),
+             "--key", str(customer.key))  # fmt: skip
+        step("platform team: everything, under the trust policy",
+             "bundle", "verify", bundle, "--policy", str(policy))  # fmt: skip
+        step("anyone: what is in it", "bundle", "inspect", bundle)
+        step("platform team: load the registry mirror and the weight store",
+             "install", bundle, "--registry", f"{registry.host}/mirror", "--insecure",
+             "--weights", "s3://models/llm", "--s3-endpoint", s3.endpoint,
+             "--policy", str(policy), "--audit-log", str(OUT / "audit.jsonl"))  # fmt: skip
+        step("GPU node: land the verified weights on local disk",
+             "prefetch", "--source", "s3://models/llm/llama-3.3-70b-instruct/1",
+             "--dest", str(OUT / "nvme"), "--s3-endpoint", s3.endpoint,
+             "--policy", str(policy))  # fmt: skip
+    print(f"\ndemo finished: bundles, audit log and the node's model store are in {OUT}")
 
 
 if __name__ == "__main__":
