@@ -54,6 +54,7 @@ from sealift.registry_client import RegistryClient
 from sealift.signing.bundle_statement import bundle_statement
 from sealift.signing.model_manifest import ModelManifest
 from sealift.signing.signers import Signer
+from sealift.signing.weights import model_subject
 
 
 @dataclass(frozen=True)
@@ -505,7 +506,7 @@ def _finish(
         model = build_model_artifact(name, version, files, digests)
         if options.signer is not None:
             # The layer digests are the files' sha256: signing needs no second read of weights.
-            statement = ModelManifest.build(name, digests).statement()
+            statement = ModelManifest.build(model_subject(name, version), digests).statement()
             signatures.append(
                 (
                     layout.model_signature_name(name, version, options.signer_name),

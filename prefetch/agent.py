@@ -33,7 +33,7 @@ from sealift.progress import Progress
 from sealift.retry import RetryPolicy
 from sealift.signing.signature_file import read_signature_file
 from sealift.signing.trust_policy import TrustPolicy, evaluate
-from sealift.signing.weights import agreeing_manifest, compare
+from sealift.signing.weights import agreeing_manifest, check_subject, compare
 
 
 @dataclass
@@ -126,6 +126,7 @@ def _fetch_file(
             handle.seek(offset)
             failures = 0
             while offset < layer.size:
+                stream = None
                 try:
                     stream = source.open(layer.path, offset)
                     while chunk := stream.read(CHUNK_SIZE):
@@ -172,6 +173,9 @@ def _fetch_file(
                         time.sleep(retry.delay(failures))
                         continue
                     raise
+                finally:
+                    if stream is not None:
+                        stream.close()  # a dropped stream returns its connection to the pool
             handle.flush()
             os.fsync(handle.fileno())
         digest = "sha256:" + hasher.hexdigest()
@@ -225,12 +229,21 @@ def prefetch(
     layers = model_layers(content, where=where)
     annotations = load_json(content, where=where).get("annotations") or {}
     name = check_model_name(str(annotations.get("org.opencontainers.image.title", "")))
+    version = str(annotations.get("org.opencontainers.image.version", ""))
+    if source.target.prefix.rsplit("/", 1)[-1] != version:
+        raise IntegrityError(
+            f"{where} is for version {version!r}, not the one --source names",
+            hint="the store holds another version at this path; re-run install",
+        )
     # Signatures first: nothing is fetched unless the trusted signers list exactly these files.
     signatures = [(key, read_signature_file(body, source=key)) for key, body in source.signatures()]
     subject = f"model {name} at {source.description}"
     verdict = evaluate(policy, policy.weights, signatures, subject=subject)  # type: ignore[arg-type]
     signed, _ = agreeing_manifest(verdict, subject=subject)
+    check_subject(signed, name, version, subject=subject)
     compare(signed, {layer.path: layer.digest for layer in layers}, subject=subject)
+    # Only what the signatures list is fetched and published (never an ignored extra).
+    layers = tuple(layer for layer in layers if layer.path in signed.digests())
     store = ModelStore(dest, name, digest.removeprefix("sha256:"))
     total = sum(layer.size for layer in layers)
     metrics.bytes_total = total
@@ -241,6 +254,7 @@ def prefetch(
         removed = store.remove_old_versions(keep)
         return PrefetchResult(store.final, name, digest, len(layers), 0, total,
                               tuple(sorted(verdict.accepted)), tuple(removed))  # fmt: skip
+    lock = store.lock()
     todo = [layer for layer in layers if not _verified_before(store, layer)]
     reused = total - sum(layer.size for layer in todo)
     partial = sum(
@@ -259,7 +273,8 @@ def prefetch(
 
         # Largest first, so parallel streams finish together.
         todo.sort(key=lambda layer: -layer.size)
-        with ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="prefetch") as pool:
+        pool = ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="prefetch")
+        try:
             futures = [
                 pool.submit(
                     _fetch_file,
@@ -274,6 +289,11 @@ def prefetch(
             ]
             for future in futures:
                 fetched += future.result()
+        except BaseException:
+            # The first failure ends the run: files not started yet are not started.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     store.publish(
         {
             "manifestDigest": digest,
@@ -285,6 +305,7 @@ def prefetch(
             "verifiedAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
     )
+    store.unlock(lock)
     metrics.ready = True
     removed = store.remove_old_versions(keep)
     return PrefetchResult(

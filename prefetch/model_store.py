@@ -15,6 +15,7 @@ its staging folder, after every file and folder was fsynced, with READY written 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -94,6 +95,27 @@ class ModelStore:
                 f"{self.dest} has {free} bytes free, the model needs {needed} more",
                 hint="free space on the node's NVMe, or remove old model versions",
             )
+
+    def lock(self) -> int:
+        """One prefetch per model version at a time (a manual run beside the DaemonSet)."""
+        self.staging.mkdir(parents=True, exist_ok=True)
+        path = self.dest / STAGING / f"{self.name}-{self.digest_hex}.lock"
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ResourceError(
+                f"another prefetch is fetching {self.name} into {self.dest}",
+                hint="wait for it to finish; its result will be in place for this one too",
+            ) from None
+        return fd
+
+    def unlock(self, fd: int) -> None:
+        """Release the lock taken by :meth:`lock`; the version is published, the file can go."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.dest / STAGING / f"{self.name}-{self.digest_hex}.lock").unlink()
+        os.close(fd)
 
     def publish(self, record: dict[str, object]) -> None:
         """READY last, everything fsynced, then one rename into place and ``current`` switched."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealift.errors import InputError, IntegrityError, ResourceError
+from sealift.hashing import sha256_bytes
 from sealift.signing.signature_file import SignatureFile
+from sealift.signing.verifiers import NotThisSigner
 
 
 @dataclass(frozen=True)
@@ -25,18 +27,26 @@ class KeylessVerifier:
     issuer: str
     trusted_root: Path | None = None
     trusted_root_json: bytes | None = field(default=None, repr=False)
+    # A trusted root carried in the bundle is used only if it has exactly this digest: the
+    # policy pins the trust anchor; the content being verified must never supply its own.
+    trusted_root_digest: str | None = None
 
     def with_trusted_root(self, content: bytes) -> KeylessVerifier:
-        """This verifier using a trusted root carried in the bundle."""
-        return KeylessVerifier(self.name, self.identity, self.issuer, None, content)
+        """This verifier using a trusted root carried in the bundle, if the policy pinned it."""
+        if self.trusted_root_digest is None or sha256_bytes(content) != self.trusted_root_digest:
+            return self
+        return KeylessVerifier(
+            self.name, self.identity, self.issuer, None, content, self.trusted_root_digest
+        )
 
     def _root_bytes(self) -> bytes:
         if self.trusted_root_json is not None:
             return self.trusted_root_json
         if self.trusted_root is None:
-            raise InputError(
-                f"signer {self.name}: no trusted_root.json",
-                hint="name trustedRoot in the policy, or carry trusted_root.json in the bundle",
+            raise IntegrityError(
+                f"signer {self.name}: no trusted_root.json with the digest the policy pins"
+                f" ({self.trusted_root_digest})",
+                hint="carry the vendor's trusted_root.json in the bundle, or name a trustedRoot",
             )
         try:
             return self.trusted_root.read_bytes()
@@ -70,7 +80,7 @@ class KeylessVerifier:
                 bundle, Identity(identity=self.identity, issuer=self.issuer)
             )
         except Exception as bad:  # sigstore raises several families; all mean "not verified"
-            raise IntegrityError(
+            raise NotThisSigner(
                 f"{source}: the keyless signature is not {self.identity} from {self.issuer}"
                 f" under the trusted root ({type(bad).__name__}: {bad})",
                 hint="check the identity and issuer in the policy and the trusted_root.json",

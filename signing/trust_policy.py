@@ -16,7 +16,7 @@ from sealift.documents import load_document
 from sealift.errors import InputError, IntegrityError
 from sealift.signing.keys import load_certificates, load_public_key
 from sealift.signing.signature_file import SignatureFile
-from sealift.signing.verifiers import CertificateVerifier, KeyVerifier, Verifier
+from sealift.signing.verifiers import CertificateVerifier, KeyVerifier, NotThisSigner, Verifier
 
 SCHEMA_NAME = "trust-policy.v1alpha1.json"
 
@@ -66,7 +66,11 @@ def _keyless_verifier(name: str, spec: dict[str, str], base: Path) -> Verifier:
 
     root = base / spec["trustedRoot"] if spec.get("trustedRoot") else None
     return KeylessVerifier(
-        name=name, identity=spec["identity"], issuer=spec["issuer"], trusted_root=root
+        name=name,
+        identity=spec["identity"],
+        issuer=spec["issuer"],
+        trusted_root=root,
+        trusted_root_digest=spec.get("trustedRootDigest"),
     )
 
 
@@ -171,11 +175,15 @@ def evaluate(
         )
     accepted: dict[str, tuple[str, bytes]] = {}
     problems: dict[str, list[str]] = {name: [] for name in names}
+    near_misses: dict[str, list[str]] = {name: [] for name in names}
     for source, signature in signatures:
         for name in names:
             verifier = policy.verifier(name)
             try:
                 identity = verifier.identify(signature, source=source)
+            except NotThisSigner as other:
+                near_misses[name].append(other.message)
+                continue
             except IntegrityError as bad:
                 problems[name].append(bad.message)
                 continue
@@ -186,8 +194,10 @@ def evaluate(
     missing = [name for name in requirement.required if name not in accepted]
     if missing or bad_optional:
         who = ", ".join(missing or bad_optional)
-        own = [message for name in (missing or bad_optional) for message in problems[name]]
-        detail = own[0] if own else f"no signature by {who} was found"
+        who_names = missing or bad_optional
+        own = [m for name in who_names for m in problems[name]]
+        near = [m for name in who_names for m in near_misses[name]]
+        detail = (own or near or [f"no signature by {who} was found"])[0]
         raise IntegrityError(
             f"{subject}: not signed as {policy.source} requires ({who}): {detail}",
             hint="re-sign with the required key, or check the trust policy",

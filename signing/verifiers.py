@@ -23,6 +23,11 @@ from sealift.signing.keys import hash_for, public_key_hint
 from sealift.signing.signature_file import SignatureFile
 
 
+class NotThisSigner(IntegrityError):
+    """The signature is of this verifier's kind but not this signer's (another PKI, another
+    identity): not a fault of this signer, though worth saying when no signer matched."""
+
+
 class Verifier(Protocol):
     """One trusted signer."""
 
@@ -141,7 +146,7 @@ class CertificateVerifier:
         try:
             builder.build_client_verifier().verify(leaf, intermediates)
         except verification.VerificationError as bad:
-            raise IntegrityError(
+            raise NotThisSigner(
                 f"{source}: the certificate of {subject} does not chain to a trusted root of"
                 f" {self.name} ({bad})",
                 hint="check the trust policy's roots for this signer",

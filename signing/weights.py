@@ -233,7 +233,26 @@ def model_manifest(source: BlobSource, artifact: Artifact) -> ModelManifest:
         )
     layers = model_layers(content, where=f"model {artifact.name}")
     digests = {layer.path: layer.digest for layer in layers}
-    return ModelManifest.build(f"{artifact.name}", digests, ignore_paths=DEFAULT_IGNORE_PATHS)
+    return ModelManifest.build(
+        model_subject(artifact.name, artifact.version), digests, ignore_paths=DEFAULT_IGNORE_PATHS
+    )
+
+
+def model_subject(name: str, version: str) -> str:
+    """The subject name sealift signs for a model: name and version, so a signature for one
+    version cannot stand in for another."""
+    return f"{name}:{version}"
+
+
+def check_subject(signed: ModelManifest, name: str, version: str, *, subject: str) -> None:
+    """The signature must be for this model and version (a bare name is what model_signing
+    writes for a folder; it binds no version)."""
+    if signed.name not in (model_subject(name, version), name):
+        raise IntegrityError(
+            f"{subject}: the signature is for {signed.name!r},"
+            f" not {model_subject(name, version)!r}",
+            hint="a signature for another model or version was put in place; do not use it",
+        )
 
 
 def read_manifest(source: BlobSource) -> BundleManifest:
@@ -253,7 +272,7 @@ TRUSTED_ROOT_FILE = "trusted_root.json"
 
 def bundle_policy(source: BlobSource, manifest: BundleManifest, policy: TrustPolicy) -> TrustPolicy:
     """The policy with the Sigstore trusted root the bundle carries (a file named
-    trusted_root.json), for keyless signers whose policy entry names none."""
+    trusted_root.json), for keyless signers whose policy pins exactly that file's digest."""
     artifact = manifest.artifact("file", TRUSTED_ROOT_FILE)
     if artifact is None:
         return policy
@@ -261,6 +280,8 @@ def bundle_policy(source: BlobSource, manifest: BundleManifest, policy: TrustPol
     if sha256_bytes(content) != artifact.digest:
         raise IntegrityError(f"{TRUSTED_ROOT_FILE} in the bundle does not match its digest")
     layers = children_of(content, artifact.media_type, where=TRUSTED_ROOT_FILE).layers
+    if len(layers) != 1:
+        raise IntegrityError(f"{TRUSTED_ROOT_FILE} in the bundle is not a single-file artifact")
     root = source.read_small(layout.blob_name(layers[0].digest))
     if sha256_bytes(root) != layers[0].digest:
         raise IntegrityError(f"{TRUSTED_ROOT_FILE} in the bundle does not match its digest")
@@ -288,6 +309,7 @@ def check_model_signatures(
     if not verdict.accepted:
         raise IntegrityError(f"{subject}: no trusted signature", hint="check the trust policy")
     signed, identities = agreeing_manifest(verdict, subject=subject)
+    check_subject(signed, artifact.name, artifact.version, subject=subject)
     actual = model_manifest(source, artifact).digests()
     compare(signed, actual, subject=subject)
     return signed, verdict, identities
@@ -424,6 +446,7 @@ def resign_bundle(
 ) -> tuple[list[WeightsReport], list[str]]:
     """Verify the vendor's signatures and weights (one pass), then add ``signer_name``'s."""
     manifest = read_manifest(source)
+    bundle_verified = bool(policy.bundles.required)
     if policy.bundles.required or policy.bundles.optional:
         check_bundle_signatures(source, manifest, policy)
     reports = verify_bundle_weights(source, policy, jobs=jobs, progress=progress)
@@ -434,8 +457,11 @@ def resign_bundle(
         # Sign exactly what was verified: the signed manifest, not a re-read of the bundle.
         name = layout.model_signature_name(artifact.name, artifact.version, signer_name)
         signatures.append((name, signer.sign_statement(report.manifest.statement()).to_json()))
-    statement = bundle_statement(manifest.name, manifest.version, manifest.digest)
-    signatures.append(
-        (layout.bundle_signature_name(signer_name), signer.sign_statement(statement).to_json())
-    )
+    if bundle_verified:
+        # Vouch for the bundle manifest only when a required signature over it was verified:
+        # counter-signing unverified images and charts would launder them.
+        statement = bundle_statement(manifest.name, manifest.version, manifest.digest)
+        signatures.append(
+            (layout.bundle_signature_name(signer_name), signer.sign_statement(statement).to_json())
+        )
     return reports, _add_all(source, signatures)
