@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -109,3 +110,57 @@ def test_a_tampered_transparency_log_entry_is_refused(
     entry["integratedTime"] = str(int(entry["integratedTime"]) + 1)
     (tmp_path / "model.sig").write_text(json.dumps(signature))
     assert verify(folder, policy(tmp_path)).exit_code == 3
+
+
+def keyless_bundle(tmp_path: Path, instance: FakeSigstore, root: bytes) -> Path:
+    """A bundle that carries a trusted_root.json and a keyless signature over its model."""
+    write_model_folder(tmp_path / "model", shards=1, shard_size=32 * 1024)
+    (tmp_path / "trusted_root.json").write_bytes(root)
+    spec = tmp_path / "sealift.yaml"
+    spec.write_text(
+        "apiVersion: sealift.dev/v1alpha1\nkind: Bundle\nmetadata: {name: k, version: '1'}\n"
+        "models:\n  - {name: m, version: '1', path: ./model}\n"
+        "files:\n  - {path: ./trusted_root.json}\n"
+    )
+    bundle = tmp_path / "bundle"
+    assert (
+        CliRunner().invoke(main, ["bundle", "create", "-f", str(spec), "-o", str(bundle)]).exit_code
+        == 0
+    )
+    digests, _, _ = hash_folder(tmp_path / "model", jobs=1, progress=Progress())
+    statement = ModelManifest.build("m:1", digests).statement()
+    signature = bundle / "signatures/models/m/1/vendor.sig"
+    signature.parent.mkdir(parents=True)
+    signature.write_bytes(instance.sign_dsse(statement, IDENTITY, ISSUER))
+    return bundle
+
+
+def pinned_policy(tmp_path: Path, digest: str) -> Path:
+    path = tmp_path / "pinned.yaml"
+    path.write_text(
+        "apiVersion: sealift.dev/v1alpha1\nkind: TrustPolicy\nsigners:\n  - name: vendor\n"
+        f"    keyless: {{trustedRootDigest: '{digest}', identity: {IDENTITY},"
+        f" issuer: '{ISSUER}'}}\n"
+        "weights: {required: [vendor]}\n"
+    )
+    return path
+
+
+def test_a_trusted_root_carried_in_the_bundle_is_used_only_when_the_policy_pins_it(
+    tmp_path: Path, sigstore_instance: FakeSigstore
+) -> None:
+    root = sigstore_instance.trusted_root()
+    bundle = keyless_bundle(tmp_path, sigstore_instance, root)
+    pinned = pinned_policy(tmp_path, "sha256:" + hashlib.sha256(root).hexdigest())
+    result = CliRunner().invoke(
+        main, ["weights", "verify", str(bundle), "--policy", str(pinned), "-q"]
+    )
+    assert result.exit_code == 0, result.stderr
+    # An attacker's bundle brings its own Sigstore: its root does not have the pinned digest.
+    attacker = FakeSigstore()
+    forged = keyless_bundle(tmp_path / "forged", attacker, attacker.trusted_root())
+    result = CliRunner().invoke(
+        main, ["weights", "verify", str(forged), "--policy", str(pinned), "-q"]
+    )
+    assert result.exit_code == 3
+    assert "the policy pins" in result.stderr and "hint:" in result.stderr
