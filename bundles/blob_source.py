@@ -117,11 +117,36 @@ class BlobSource(ABC):
                 f"{self.description} already has the signature {name}",
                 hint="signatures are never replaced: choose another --signer-name",
             )
-        path = self.signature_folder / name.removeprefix(layout.SIGNATURES_DIR + "/")
+        folder = self.signature_folder
+        relative = Path(name.removeprefix(layout.SIGNATURES_DIR + "/"))
+        path = folder / relative
+        if folder.is_symlink():
+            raise IntegrityError(
+                f"{folder} is a symbolic link",
+                hint="signatures are written only into a real folder",
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        temporary.write_bytes(content)
-        os.replace(temporary, path)
+        # A link anywhere below the folder would send the signature somewhere else.
+        if Path(os.path.realpath(path.parent)) != Path(os.path.realpath(folder)) / relative.parent:
+            raise IntegrityError(
+                f"{path.parent} leads out of {folder} through a symbolic link",
+                hint="remove the link; signatures are written only inside the bundle",
+            )
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)  # fails if the name exists: never overwrite a signature
+        except FileExistsError as taken:
+            raise InputError(
+                f"{self.description} already has the signature {name}",
+                hint="signatures are never replaced: choose another --signer-name",
+            ) from taken
+        finally:
+            temporary.unlink(missing_ok=True)
         return str(path)
 
     def blobs(self) -> dict[str, int]:
@@ -391,7 +416,7 @@ def read_parts_index(path: Path) -> tuple[PartInfo, ...]:
     try:
         document = json.loads(path.read_text())
         parts = tuple(
-            PartInfo(name=p["name"], size=int(p["size"]), sha256=p["sha256"])
+            PartInfo(name=str(p["name"]), size=int(p["size"]), sha256=str(p["sha256"]))
             for p in document["parts"]
         )
     except (OSError, ValueError, KeyError, TypeError) as bad:

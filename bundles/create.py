@@ -327,7 +327,14 @@ class _Copier:
 
 def _plan_key(plan: _Plan, options: CreateOptions) -> str:
     """What a resumed tar must have been started from: the same entries in the same order."""
-    entries = [(task.digest or task.data_name, task.size) for task in plan.tasks]
+    entries = []
+    for task in plan.tasks:
+        identity: list[object] = [task.digest or task.data_name, task.size]
+        if task.source_path is not None:
+            # An edited file (even of the same size) must not be spliced onto its old bytes.
+            info = task.source_path.stat()
+            identity += [info.st_mtime_ns, info.st_ino]
+        entries.append(identity)
     document = {"version": __version__, "split": options.split, "entries": entries}
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 

@@ -379,6 +379,15 @@ def verify_bundle(
             return Problem(
                 "digest", key, tuple(sorted(entry.owners)), source.location(name), bad.message
             )
+        except OSError as unreadable:
+            # Damaged transfer media: say which blob and where, and go on with the others.
+            return Problem(
+                "read",
+                key,
+                tuple(sorted(entry.owners)),
+                source.location(name),
+                f"cannot be read ({unreadable.strerror or unreadable})",
+            )
         return None
 
     if to_hash:

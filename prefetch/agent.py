@@ -255,57 +255,59 @@ def prefetch(
         return PrefetchResult(store.final, name, digest, len(layers), 0, total,
                               tuple(sorted(verdict.accepted)), tuple(removed))  # fmt: skip
     lock = store.lock()
-    todo = [layer for layer in layers if not _verified_before(store, layer)]
-    reused = total - sum(layer.size for layer in todo)
-    partial = sum(
-        min(store.staged(layer.path).stat().st_size, layer.size)
-        for layer in todo
-        if store.staged(layer.path).exists()
-    )
-    store.check_space(sum(layer.size for layer in todo) - partial + 16 * 1024 * 1024)
-    metrics.add(reused)
-    fetched = 0
-    with progress.task("prefetch", sum(layer.size for layer in todo)) as bar:
+    try:
+        todo = [layer for layer in layers if not _verified_before(store, layer)]
+        reused = total - sum(layer.size for layer in todo)
+        partial = sum(
+            min(store.staged(layer.path).stat().st_size, layer.size)
+            for layer in todo
+            if store.staged(layer.path).exists()
+        )
+        store.check_space(sum(layer.size for layer in todo) - partial + 16 * 1024 * 1024)
+        metrics.add(reused)
+        fetched = 0
+        with progress.task("prefetch", sum(layer.size for layer in todo)) as bar:
 
-        def on_bytes(count: int) -> None:
-            bar.update(count)
-            metrics.add(count)
+            def on_bytes(count: int) -> None:
+                bar.update(count)
+                metrics.add(count)
 
-        # Largest first, so parallel streams finish together.
-        todo.sort(key=lambda layer: -layer.size)
-        pool = ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="prefetch")
-        try:
-            futures = [
-                pool.submit(
-                    _fetch_file,
-                    source,
-                    store,
-                    layer,
-                    retry=retry,
-                    metrics=metrics,
-                    on_bytes=on_bytes,
-                )
-                for layer in todo
-            ]
-            for future in futures:
-                fetched += future.result()
-        except BaseException:
-            # The first failure ends the run: files not started yet are not started.
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-    store.publish(
-        {
-            "manifestDigest": digest,
-            "name": name,
-            "source": source.description,
-            "files": {layer.path: layer.digest for layer in layers},
-            "signers": {n: identity for n, (identity, _) in sorted(verdict.accepted.items())},
-            "policy": policy.source,
-            "verifiedAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        }
-    )
-    store.unlock(lock)
+            # Largest first, so parallel streams finish together.
+            todo.sort(key=lambda layer: -layer.size)
+            pool = ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="prefetch")
+            try:
+                futures = [
+                    pool.submit(
+                        _fetch_file,
+                        source,
+                        store,
+                        layer,
+                        retry=retry,
+                        metrics=metrics,
+                        on_bytes=on_bytes,
+                    )
+                    for layer in todo
+                ]
+                for future in futures:
+                    fetched += future.result()
+            except BaseException:
+                # The first failure ends the run: files not started yet are not started.
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
+        store.publish(
+            {
+                "manifestDigest": digest,
+                "name": name,
+                "source": source.description,
+                "files": {layer.path: layer.digest for layer in layers},
+                "signers": {n: identity for n, (identity, _) in sorted(verdict.accepted.items())},
+                "policy": policy.source,
+                "verifiedAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            }
+        )
+    finally:
+        store.unlock(lock)
     metrics.ready = True
     removed = store.remove_old_versions(keep)
     return PrefetchResult(

@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sealift.errors import ResourceError
+
 
 class AuditLog:
     """An append-only JSON-lines file; safe to write from several threads."""
@@ -21,7 +23,13 @@ class AuditLog:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._handle = path.open("a", encoding="utf-8") if path is not None else None
+        try:
+            self._handle = path.open("a", encoding="utf-8") if path is not None else None
+        except OSError as bad:
+            raise ResourceError(
+                f"audit log {path} cannot be written ({bad.strerror})",
+                hint="pass --audit-log with a writable path",
+            ) from bad
         self.records: list[dict[str, Any]] = []
 
     def record(self, action: str, **fields: Any) -> None:

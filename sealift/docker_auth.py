@@ -65,12 +65,17 @@ def _from_helper(helper: str, registry: str, source: Path) -> Credentials | None
             f"{source} names credential helper {program!r}, which is not installed",
             hint=f"install {program} or remove it from {source}",
         ) from missing
+    except (subprocess.TimeoutExpired, PermissionError) as stuck:
+        raise InputError(
+            f"credential helper {program} did not answer ({type(stuck).__name__})",
+            hint="check the helper works: echo HOST | " + program + " get",
+        ) from stuck
     if result.returncode != 0:
         return None  # The helper has nothing for this registry.
     try:
         answer = json.loads(result.stdout)
-        return Credentials(username=answer["Username"], password=answer["Secret"])
-    except (ValueError, KeyError) as bad:
+        return Credentials(username=str(answer["Username"]), password=str(answer["Secret"]))
+    except (ValueError, KeyError, TypeError) as bad:
         raise InputError(
             f"credential helper {program} gave an answer sealift cannot read",
             hint="check the helper works: echo HOST | " + program + " get",
@@ -86,6 +91,8 @@ def load_credentials(registry: str, *, auth_file: Path | None = None) -> Credent
             continue
         try:
             config = json.loads(path.read_text())
+            if not isinstance(config, dict):
+                raise ValueError("not an object")
         except (OSError, ValueError) as bad:
             raise InputError(
                 f"auth file {path} is not readable JSON", hint="fix or remove the file"

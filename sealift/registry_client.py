@@ -184,9 +184,12 @@ class RegistryClient:
             hint="log in again (docker login, podman login or --username with --password-stdin)",
         )
 
-    def _forget_token(self, scope: str) -> None:
+    def _forget_token(self, scope: str, sent: str | None = None) -> None:
+        """Drop a cached token; with ``sent``, only if it is still the one that was refused
+        (another worker may already have fetched a fresh one)."""
         with self._lock:
-            self._tokens.pop(scope, None)
+            if sent is None or self._tokens.get(scope) == sent:
+                self._tokens.pop(scope, None)
 
     def _tell(self, text: str) -> None:
         for listener in list(self.retry_listeners):
@@ -229,6 +232,37 @@ class RegistryClient:
             raise RemoteError(f"registry {self.registry} sent a bearer challenge without a realm")
         query = {"service": params.get("service", ""), "scope": params.get("scope") or scope}
         auth = None
+        try:
+            answer = self._ask_token_service(realm, query, auth)
+        except _NETWORK_ERRORS as problem:
+            raise RemoteError(
+                f"registry {self.registry}: its token service {realm} is unreachable"
+                f" ({type(problem).__name__})",
+                hint="check that the token service's address and CA are reachable from here",
+            ) from problem
+        if answer.status_code in (401, 403):
+            raise self._refused()
+        if answer.status_code != 200:
+            raise RemoteError(
+                f"registry {self.registry}: token service answered {answer.status_code}",
+                hint="check the registry's auth service",
+            )
+        try:
+            body = answer.json()
+            token = body.get("token") or body.get("access_token")
+        except (ValueError, AttributeError) as bad:
+            raise RemoteError(
+                f"registry {self.registry}: the token service's answer is not a token",
+                hint="check the registry's auth service",
+            ) from bad
+        if not token:
+            raise RemoteError(f"registry {self.registry}: token service sent no token")
+        with self._lock:
+            self._tokens[scope] = token
+
+    def _ask_token_service(
+        self, realm: str, query: dict[str, str], auth: tuple[str, str] | None
+    ) -> requests.Response:
         if self._credentials and self._credentials.identity_token:
             answer = self._session.post(
                 realm,
@@ -247,22 +281,7 @@ class RegistryClient:
             answer = self._session.get(
                 realm, params=query, auth=auth, verify=self._verify, timeout=self._timeout
             )
-        if answer.status_code in (401, 403):
-            raise RemoteError(
-                f"registry {self.registry} refused the credentials",
-                hint="log in again (docker login / podman login) or check --authfile",
-            )
-        if answer.status_code != 200:
-            raise RemoteError(
-                f"registry {self.registry}: token service answered {answer.status_code}",
-                hint="check the registry's auth service",
-            )
-        body = answer.json()
-        token = body.get("token") or body.get("access_token")
-        if not token:
-            raise RemoteError(f"registry {self.registry}: token service sent no token")
-        with self._lock:
-            self._tokens[scope] = token
+        return answer
 
     def request(
         self,
@@ -313,7 +332,8 @@ class RegistryClient:
                         # Credentials were sent and refused: asking again will not help.
                         raise self._refused()
                     # No token yet, or an expired one: ask the token service (once).
-                    self._forget_token(scope)
+                    sent = all_headers.get("Authorization", "").removeprefix("Bearer ")
+                    self._forget_token(scope, sent or None)
                     self._authenticate(response, scope)
                     refreshed = "Authorization" in all_headers or self._tokens.get(scope) is None
                     continue
@@ -414,7 +434,11 @@ class RegistryClient:
         )
         if response.status_code == 404:
             return None
-        return response.headers.get("Docker-Content-Digest") or None
+        digest = response.headers.get("Docker-Content-Digest")
+        if digest:
+            return digest
+        # Some proxies drop the header: the manifest's own bytes say which digest the tag has.
+        return self.get_manifest(repository, reference).digest
 
     def mount_blob(self, repository: str, digest: str, source_repository: str) -> bool:
         """Ask the registry to link a blob it has in another repository (no bytes move)."""
@@ -438,6 +462,15 @@ class RegistryClient:
                 )
             return False
         return True
+
+    def _location(self, response: requests.Response, what: str) -> str:
+        location = response.headers.get("Location")
+        if not location:
+            raise RemoteError(
+                f"registry {self.registry}: upload of {what} got no Location to send to",
+                hint="the registry or a proxy in front of it broke the upload protocol",
+            )
+        return location
 
     def _absolute(self, location: str) -> str:
         return location if location.startswith("http") else self.base_url + location
@@ -469,7 +502,7 @@ class RegistryClient:
             start = self.request(
                 "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, ok=(202,), what=what
             )
-            location = self._absolute(start.headers["Location"])
+            location = self._absolute(self._location(start, what))
             separator = "&" if "?" in location else "?"
             with open_source() as source:
                 body = HashingBody(source, size, on_bytes=on_bytes)
@@ -552,7 +585,7 @@ class RegistryClient:
             start = self.request(
                 "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, ok=(202,), what=what
             )
-            location = self._absolute(start.headers["Location"])
+            location = self._absolute(self._location(start, what))
             offset = 0
             hasher = hashlib.sha256()
             failures = 0
@@ -638,7 +671,7 @@ class RegistryClient:
         except RemoteError:
             return None
         value = response.headers.get("Range", "")
-        if response.status_code != 204 or not value.startswith("0-"):
+        if response.status_code != 204 or not value.startswith("0-") or not value[2:].isdigit():
             return None
         return int(value[2:]) + 1
 
