@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sealift.bundles import layout
-from sealift.bundles.directory_writer import write_atomically
 from sealift.bundles.package_scan import FoundPackage, LayerScan
+from sealift.durable_files import write_atomically
 from sealift.errors import InputError
 
 

@@ -8,7 +8,6 @@ complete: an interrupted create re-runs and keeps them.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -20,31 +19,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sealift.bundles import layout
+from sealift.durable_files import exclusive_lock, fsync_path, write_atomically
 from sealift.errors import InputError, ResourceError
 from sealift.hashing import CopyResult, Sink, copy_stream, sha256_bytes
 
 # Room for top-level files and filesystem overhead on top of the blobs themselves.
 SPACE_MARGIN = 16 * 1024 * 1024
-
-
-def fsync_directory(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, content: bytes) -> None:
-    """Write ``content`` to ``path`` via a temporary name, fsync and rename."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with temporary.open("wb") as handle:
-        handle.write(content)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    fsync_directory(path.parent)
 
 
 class DirectoryWriter:
@@ -117,18 +97,14 @@ class DirectoryWriter:
             write_atomically(self._cache_path, json.dumps(self._source_digests).encode())
 
     def _take_lock(self) -> int:
-        """One create per output folder at a time; the lock dies with the process."""
-        path = self.root / f"{layout.WORK_DIR}.lock"
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise InputError(
+        """One create per output folder at a time."""
+        return exclusive_lock(
+            self.root / f"{layout.WORK_DIR}.lock",
+            InputError(
                 f"another sealift create is writing to {self.root}",
                 hint="wait for it to finish, or stop it before starting again",
-            ) from None
-        return fd
+            ),
+        )
 
     def _work_parent(self, tmpdir: Path | None) -> Path:
         parent = tmpdir if tmpdir is not None else self.root / layout.WORK_DIR
@@ -208,7 +184,7 @@ class DirectoryWriter:
         return digest
 
     def commit(self, files: Sequence[tuple[str, bytes]]) -> list[str]:
-        fsync_directory(self.blobs)
+        fsync_path(self.blobs)
         for name, content in files:
             (self.root / name).parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.root / name, content)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sealift.bundles import layout
-from sealift.bundles.directory_writer import fsync_directory, write_atomically
+from sealift.durable_files import fsync_path, write_atomically
 from sealift.errors import InputError, ResourceError
 from sealift.hashing import CopyResult, Sink, copy_stream, sha256_bytes
 
@@ -336,7 +336,7 @@ class TarWriter:
         self._stream.write(bytes(2 * BLOCK))
         self._stream.finish()
         if self.part_size is None:
-            fsync_directory(self.output.parent)
+            fsync_path(self.output.parent)
             return [str(self.output)]
         index = {
             "apiVersion": "sealift.dev/v1alpha1",

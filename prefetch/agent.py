@@ -25,9 +25,10 @@ from typing import Any
 
 from sealift.bundles.model_folder import ModelLayer, model_layers
 from sealift.descriptors import load_json
+from sealift.durable_files import fsync_path
 from sealift.errors import IntegrityError, RemoteError, ResourceError
 from sealift.hashing import CHUNK_SIZE, sha256_bytes
-from sealift.prefetch.model_store import ModelStore, check_model_name, fsync_path
+from sealift.prefetch.model_store import ModelStore, check_model_name
 from sealift.prefetch.s3_source import S3ModelSource
 from sealift.progress import Progress
 from sealift.retry import RetryPolicy

@@ -15,7 +15,6 @@ its staging folder, after every file and folder was fsynced, with READY written 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -23,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from sealift.durable_files import exclusive_lock, fsync_path
 from sealift.errors import IntegrityError, ResourceError
 
 STAGING = ".staging"
@@ -30,15 +30,6 @@ VERIFIED = ".verified"
 READY = "READY"
 CURRENT = "current"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or a folder."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def check_model_name(name: str) -> str:
@@ -99,17 +90,13 @@ class ModelStore:
     def lock(self) -> int:
         """One prefetch per model version at a time (a manual run beside the DaemonSet)."""
         self.staging.mkdir(parents=True, exist_ok=True)
-        path = self.dest / STAGING / f"{self.name}-{self.digest_hex}.lock"
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ResourceError(
+        return exclusive_lock(
+            self.dest / STAGING / f"{self.name}-{self.digest_hex}.lock",
+            ResourceError(
                 f"another prefetch is fetching {self.name} into {self.dest}",
                 hint="wait for it to finish; its result will be in place for this one too",
-            ) from None
-        return fd
+            ),
+        )
 
     def unlock(self, fd: int) -> None:
         """Release the lock taken by :meth:`lock`; the version is published, the file can go."""
