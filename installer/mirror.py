@@ -11,17 +11,19 @@ moves only what is missing.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from sealift import media_types
 from sealift.audit_log import AuditLog
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest
-from sealift.descriptors import Descriptor, children_of
+from sealift.descriptors import EMPTY_CONFIG, Descriptor, artifact_manifest, children_of
 from sealift.errors import InputError, IntegrityError
 from sealift.hashing import sha256_bytes
 from sealift.image_reference import parse_reference
@@ -70,6 +72,8 @@ class ArtifactPush:
     documents: list[Descriptor] = field(default_factory=list)  # manifests, children first
     blobs: list[Descriptor] = field(default_factory=list)
     contents: dict[str, bytes] = field(default_factory=dict)
+    # Small blobs that are not in the bundle's layout (signature files, an empty config).
+    inline: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -128,12 +132,79 @@ def _plan_artifact(source: BlobSource, artifact: Artifact, target: MirrorTarget)
     return push
 
 
+def signature_tag(model_digest: str) -> str:
+    """The tag a model's signatures are kept under in a registry (cosign's fallback scheme for
+    registries without the referrers API)."""
+    return model_digest.replace(":", "-") + ".sig"
+
+
+def _plan_signatures(
+    source: BlobSource, model: Artifact, push: ArtifactPush
+) -> ArtifactPush | None:
+    """The model's signature files as an OCI artifact whose subject is the model."""
+    prefix = layout.model_signature_prefix(model.name, model.version)
+    files = [
+        (n, source.read_signature(n)) for n in source.signature_names() if n.startswith(prefix)
+    ]
+    if not files:
+        return None
+    layers = [
+        Descriptor(
+            media_types.SIGSTORE_BUNDLE,
+            sha256_bytes(body),
+            len(body),
+            annotations=((media_types.TITLE_ANNOTATION, name[len(prefix) :]),),
+        )
+        for name, body in files
+    ]
+    subject = Descriptor(model.media_type, model.digest, model.size)
+    content = artifact_manifest(
+        artifact_type=media_types.SIGSTORE_BUNDLE, layers=layers, subject=subject
+    )
+    digest = sha256_bytes(content)
+    tag = signature_tag(model.digest)
+    document = Descriptor(media_types.OCI_MANIFEST, digest, len(content))
+    config = Descriptor(media_types.OCI_EMPTY, sha256_bytes(EMPTY_CONFIG), len(EMPTY_CONFIG))
+    inline = {layer.digest: body for layer, (_, body) in zip(layers, files, strict=True)}
+    inline[config.digest] = EMPTY_CONFIG
+    return ArtifactPush(
+        artifact=Artifact(
+            "signatures",
+            model.name,
+            f"{model.ref}.sig",
+            media_types.OCI_MANIFEST,
+            digest,
+            len(content),
+        ),
+        repository=push.repository,
+        tag=tag,
+        documents=[document],
+        blobs=[config, *layers],
+        contents={digest: content},
+        inline=inline,
+    )
+
+
 def plan_mirror(
     source: BlobSource, manifest: BundleManifest, target: MirrorTarget, *, models: bool
 ) -> list[ArtifactPush]:
-    """Every artifact to push with its documents and blobs (reads manifests only)."""
+    """Every artifact to push with its documents and blobs (reads manifests only).
+
+    Models (on request) go with their signatures, so a node can prefetch from the registry
+    under the same trust policy as from the object store.
+    """
     kinds = {"image", "chart", "sbom"} | ({"model"} if models else set())
-    return [_plan_artifact(source, a, target) for a in manifest.artifacts if a.kind in kinds]
+    plans = []
+    for artifact in manifest.artifacts:
+        if artifact.kind not in kinds:
+            continue
+        push = _plan_artifact(source, artifact, target)
+        plans.append(push)
+        if artifact.kind == "model":
+            signatures = _plan_signatures(source, artifact, push)
+            if signatures is not None:
+                plans.append(signatures)
+    return plans
 
 
 def push_mirror(
@@ -179,6 +250,7 @@ def push_mirror(
         pending.append(push)
 
     # Which repositories need which blob; each blob is uploaded once and mounted elsewhere.
+    inline = {digest: body for push in pending for digest, body in push.inline.items()}
     needs: dict[str, list[tuple[str, Descriptor, str]]] = {}
     for push in pending:
         for blob in push.blobs:
@@ -211,13 +283,17 @@ def push_mirror(
                             "blob-mounted", repository=repository, digest=digest, source=home
                         )
                         continue
-                    where = source.location(layout.blob_name(digest))
+                    if digest in inline:
+                        where, opener = "signature", _bytes_opener(inline[digest])
+                    else:
+                        where = source.location(layout.blob_name(digest))
+                        opener = _opener(source, digest)
                     with limiter:
                         client.upload_blob(
                             repository,
                             digest,
                             blob.size,
-                            _opener(source, digest),
+                            opener,
                             what=f"blob {digest} of {label} [{where}]",
                             on_bytes=bar.update,
                         )
@@ -264,6 +340,10 @@ def push_mirror(
         blobs_mounted=counts["mounted"],
         bytes_uploaded=counts["bytes"],
     )
+
+
+def _bytes_opener(content: bytes) -> Callable[[], BinaryIO]:
+    return lambda: io.BytesIO(content)
 
 
 def _opener(source: BlobSource, digest: str) -> Callable[[], BinaryIO]:

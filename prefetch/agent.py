@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 from sealift.bundles.model_folder import ModelLayer, model_layers
 from sealift.descriptors import load_json
@@ -29,12 +29,30 @@ from sealift.durable_files import fsync_path
 from sealift.errors import IntegrityError, RemoteError, ResourceError
 from sealift.hashing import CHUNK_SIZE, sha256_bytes
 from sealift.prefetch.model_store import ModelStore, check_model_name
-from sealift.prefetch.s3_source import S3ModelSource
 from sealift.progress import Progress
 from sealift.retry import RetryPolicy
 from sealift.signing.signature_file import read_signature_file
 from sealift.signing.trust_policy import TrustPolicy, evaluate
 from sealift.signing.weights import agreeing_manifest, check_subject, compare
+
+
+class ModelSource(Protocol):
+    """Where a model version is read from: the S3 store or a registry."""
+
+    description: str
+    version: str
+
+    def manifest(self) -> bytes:
+        """The model manifest."""
+        ...
+
+    def signatures(self) -> list[tuple[str, bytes]]:
+        """Its signature files, by where they came from."""
+        ...
+
+    def open(self, path: str, offset: int) -> BinaryIO:
+        """One file from ``offset``."""
+        ...
 
 
 @dataclass
@@ -105,7 +123,7 @@ def _rehash(path: Path, size_limit: int) -> tuple[Any, int]:
 
 
 def _fetch_file(
-    source: S3ModelSource,
+    source: ModelSource,
     store: ModelStore,
     layer: ModelLayer,
     *,
@@ -210,7 +228,7 @@ def _verified_before(store: ModelStore, layer: ModelLayer) -> bool:
 
 
 def prefetch(
-    source: S3ModelSource,
+    source: ModelSource,
     dest: Path,
     policy: TrustPolicy,
     *,
@@ -231,7 +249,7 @@ def prefetch(
     annotations = load_json(content, where=where).get("annotations") or {}
     name = check_model_name(str(annotations.get("org.opencontainers.image.title", "")))
     version = str(annotations.get("org.opencontainers.image.version", ""))
-    if source.target.prefix.rsplit("/", 1)[-1] != version:
+    if source.version != version:
         raise IntegrityError(
             f"{where} is for version {version!r}, not the one --source names",
             hint="the store holds another version at this path; re-run install",

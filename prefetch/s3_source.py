@@ -26,6 +26,8 @@ class S3ModelSource:
         self.client = client
         self.target = target
         self.description = target.url()
+        # The version is the last component of the path: NAME/VERSION.
+        self.version = target.prefix.rsplit("/", 1)[-1]
 
     def _read(self, key: str) -> bytes:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -589,9 +589,21 @@ def install_command(
 @click.option(
     "--source",
     required=True,
-    metavar="s3://BUCKET/PREFIX/NAME/VERSION",
+    metavar="s3://BUCKET/PREFIX/NAME/VERSION | oci://HOST/REPO:VERSION",
     envvar="SEALIFT_PREFETCH_SOURCE",
-    help="The model version in the weight store (env SEALIFT_PREFETCH_SOURCE).",
+    help="The model version in the weight store or a registry (env SEALIFT_PREFETCH_SOURCE).",
+)
+@click.option("--insecure", is_flag=True, help="Plain http to an oci:// registry source.")
+@click.option(
+    "--ca-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    envvar="SEALIFT_CA_FILE",
+    help="CA bundle for an oci:// registry source.",
+)
+@click.option(
+    "--authfile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="docker config.json / auth.json for an oci:// registry source.",
 )
 @click.option(
     "--dest",
@@ -628,6 +640,9 @@ def install_command(
 @output_options
 def prefetch_command(
     source: str,
+    insecure: bool,
+    ca_file: Path | None,
+    authfile: Path | None,
     dest: Path,
     s3_endpoint: str | None,
     s3_region: str | None,
@@ -656,17 +671,34 @@ def prefetch_command(
     from sealift.prefetch.s3_source import S3ModelSource
 
     trust = _policy(policy, trust_key, required=True)
-    target = parse_store_url(
-        source,
-        endpoint=s3_endpoint,
-        region=s3_region,
-        path_style=s3_path_style,
-        ca_file=str(s3_ca_file) if s3_ca_file else None,
-    )
+    model_source: Any
+    if source.startswith("oci://"):
+        from sealift.docker_auth import load_credentials
+        from sealift.prefetch.oci_source import OciModelSource, parse_oci_source
+        from sealift.registry_client import RegistryClient
+
+        reference = parse_oci_source(source)
+        client = RegistryClient(
+            reference.registry,
+            plain_http=insecure,
+            ca_file=str(ca_file) if ca_file else None,
+            credentials=load_credentials(reference.registry, auth_file=authfile),
+            connections=jobs + 2,
+        )
+        model_source = OciModelSource(client, reference)
+    else:
+        target = parse_store_url(
+            source,
+            endpoint=s3_endpoint,
+            region=s3_region,
+            path_style=s3_path_style,
+            ca_file=str(s3_ca_file) if s3_ca_file else None,
+        )
+        model_source = S3ModelSource(make_client(target, jobs=jobs), target)
     metrics = PrefetchMetrics()
     server = HealthServer(serve, metrics).start() if serve else None
     result = prefetch(
-        S3ModelSource(make_client(target, jobs=jobs), target),
+        model_source,
         dest,
         trust,
         jobs=jobs,

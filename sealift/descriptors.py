@@ -181,6 +181,7 @@ def artifact_manifest(
     config_media_type: str = media_types.OCI_EMPTY,
     config: bytes = EMPTY_CONFIG,
     annotations: dict[str, str] | None = None,
+    subject: Descriptor | None = None,
 ) -> bytes:
     """An OCI 1.1 artifact manifest (an image manifest with ``artifactType``)."""
     document: dict[str, Any] = {
@@ -196,4 +197,6 @@ def artifact_manifest(
     }
     if annotations:
         document["annotations"] = dict(annotations)
+    if subject is not None:
+        document["subject"] = subject.to_dict()
     return canonical_json(document)

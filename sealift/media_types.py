@@ -41,6 +41,9 @@ FILE_LAYER = "application/octet-stream"
 SBOM_ARTIFACT = "application/vnd.cyclonedx+json"
 SBOM_LAYER = "application/vnd.cyclonedx+json"
 
+# A model signature (Sigstore bundle v0.3) carried in a registry next to its model.
+SIGSTORE_BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 TITLE_ANNOTATION = "org.opencontainers.image.title"
 

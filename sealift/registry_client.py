@@ -706,6 +706,10 @@ class _ResumingBlobReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def start_at(self, offset: int) -> None:
+        """Begin at ``offset`` (a resumed download); call before the first read."""
+        self._position = offset
+
     def _open(self) -> None:
         headers = {"Range": f"bytes={self._position}-"} if self._position else {}
         response = self._client.request(
