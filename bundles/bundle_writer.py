@@ -27,6 +27,10 @@ class BundleWriter(Protocol):
         """Bytes still to write for these (digest, size) blobs, headers included."""
         ...
 
+    def check_space(self, needed: int) -> None:
+        """Refuse to start when the output's filesystem cannot hold ``needed`` more bytes."""
+        ...
+
     def write_blob(
         self,
         source: BinaryIO,

@@ -271,7 +271,9 @@ class _Copier:
                             self._cancelled.set()
                             for other in futures:
                                 other.cancel()
-                            raise future.exception()  # type: ignore[misc]
+                            failure = future.exception()
+                            assert failure is not None
+                            raise failure
             else:
                 for number, task in pending:
                     self._one(number, task, bar.update)
@@ -369,7 +371,7 @@ def create_bundle(spec: BundleSpec, options: CreateOptions, progress: Progress) 
             writer = TarWriter(options.output, part_size=options.split)
         else:
             writer = DirectoryWriter(options.output, tmpdir=options.tmpdir)
-        writer.check_space(writer.bytes_needed([(t.digest, t.size) for t in plan.tasks]))  # type: ignore[attr-defined]
+        writer.check_space(writer.bytes_needed([(t.digest, t.size) for t in plan.tasks]))
         copier = _Copier(writer, options, progress)
         journal = None
         if isinstance(writer, TarWriter):

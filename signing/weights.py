@@ -27,7 +27,7 @@ from sealift.signing.model_manifest import (
     ModelManifest,
     parse_statement,
 )
-from sealift.signing.signature_file import read_signature_file
+from sealift.signing.signature_file import SignatureFile, read_signature_file
 from sealift.signing.signers import Signer
 from sealift.signing.trust_policy import Requirement, TrustPolicy, Verdict, evaluate
 
@@ -288,7 +288,7 @@ def bundle_policy(source: BlobSource, manifest: BundleManifest, policy: TrustPol
     return policy.with_trusted_root(root)
 
 
-def _signatures_under(source: BlobSource, prefix: str) -> list[tuple[str, object]]:
+def _signatures_under(source: BlobSource, prefix: str) -> list[tuple[str, SignatureFile]]:
     found = []
     for name in source.signature_names():
         if name.startswith(prefix):
@@ -305,7 +305,7 @@ def check_model_signatures(
     signatures = _signatures_under(
         source, layout.model_signature_prefix(artifact.name, artifact.version)
     )
-    verdict = evaluate(policy, requirement, signatures, subject=subject)  # type: ignore[arg-type]
+    verdict = evaluate(policy, requirement, signatures, subject=subject)
     if not verdict.accepted:
         raise IntegrityError(f"{subject}: no trusted signature", hint="check the trust policy")
     signed, identities = agreeing_manifest(verdict, subject=subject)
@@ -322,7 +322,7 @@ def check_bundle_signatures(
     subject = f"bundle {manifest.name} {manifest.version}"
     policy = bundle_policy(source, manifest, policy)
     signatures = _signatures_under(source, layout.BUNDLE_SIGNATURE_PREFIX)
-    verdict = evaluate(policy, policy.bundles, signatures, subject=subject)  # type: ignore[arg-type]
+    verdict = evaluate(policy, policy.bundles, signatures, subject=subject)
     for name, (_, payload) in verdict.accepted.items():
         vouched = signed_manifest_digest(payload, source=f"{subject} signature by {name}")
         if vouched != manifest.digest:
