@@ -12,7 +12,7 @@ APT_PACKAGES := docker-registry skopeo apache2-utils time jq softhsm2 openssl
 APT_STAMP := $(CACHE)/apt.stamp
 VENV_STAMP := $(CACHE)/venv.stamp
 
-.PHONY: all deps test lint demo bench clean
+.PHONY: all deps test lint demo bench clean k8s-tools
 
 all: test
 
@@ -51,6 +51,11 @@ bench: deps
 	$(BIN)/python bench/bench_verify.py
 	$(BIN)/python bench/bench_weights.py
 	$(BIN)/python bench/bench_install.py
+
+# A real Kubernetes API for the cluster-side tests (issue 6, not yet in `make test`):
+# about 10 minutes cold, cached under .cache/k8s. See tools/k8s/README.md.
+k8s-tools:
+	tools/k8s/build.sh
 
 clean:
 	rm -rf $(CACHE) demo-out bench/out .pytest_cache .ruff_cache
