@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Protocol
 
 from sealift.bundles.model_folder import ModelLayer, model_layers
 from sealift.descriptors import load_json
-from sealift.durable_files import fsync_path
+from sealift.durable_files import write_atomically
 from sealift.errors import IntegrityError, RemoteError, ResourceError
 from sealift.hashing import CHUNK_SIZE, sha256_bytes
 from sealift.prefetch.model_store import ModelStore, check_model_name
@@ -122,6 +122,14 @@ def _rehash(path: Path, size_limit: int) -> tuple[Any, int]:
     return hasher, done
 
 
+def _transient(problem: BaseException) -> bool:
+    """A fault of the network or the store, worth resuming by range (botocore's and urllib3's
+    streaming errors share no base class with the standard ones)."""
+    return isinstance(problem, ConnectionError | OSError | RemoteError) or type(
+        problem
+    ).__module__.startswith(("botocore", "urllib3"))
+
+
 def _fetch_file(
     source: ModelSource,
     store: ModelStore,
@@ -168,7 +176,9 @@ def _fetch_file(
                         on_bytes(len(chunk))
                     if offset < layer.size:
                         raise ConnectionError("stream ended early")
-                except (ConnectionError, OSError, RemoteError) as problem:
+                except Exception as problem:
+                    if not _transient(problem):
+                        raise
                     failures += 1
                     with metrics.lock:
                         metrics.retries += 1
@@ -179,19 +189,6 @@ def _fetch_file(
                             hint="check the store and the network, then run prefetch again",
                         ) from problem
                     time.sleep(retry.delay(failures))
-                except Exception as problem:  # botocore's streaming errors have no common base
-                    if type(problem).__module__.startswith(("botocore", "urllib3")):
-                        failures += 1
-                        with metrics.lock:
-                            metrics.retries += 1
-                        if failures >= retry.attempts:
-                            raise RemoteError(
-                                f"{source.description}/{layer.path}: download kept failing",
-                                hint="check the store and the network, then run prefetch again",
-                            ) from problem
-                        time.sleep(retry.delay(failures))
-                        continue
-                    raise
                 finally:
                     if stream is not None:
                         stream.close()  # a dropped stream returns its connection to the pool
@@ -201,8 +198,7 @@ def _fetch_file(
         if digest == layer.digest:
             marker = store.marker(layer.path)
             marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(json.dumps({"digest": digest, "size": layer.size}))
-            fsync_path(marker)
+            write_atomically(marker, json.dumps({"digest": digest, "size": layer.size}).encode())
             return fetched
         with metrics.lock:
             metrics.verify_failures += 1
