@@ -21,7 +21,7 @@ import yaml
 from sealift import media_types
 from sealift.descriptors import Descriptor, canonical_json, children_of, load_json
 from sealift.errors import InputError
-from sealift.hashing import copy_stream, sha256_bytes
+from sealift.hashing import sha256_bytes
 from sealift.image_reference import ImageReference
 from sealift.registry_client import RegistryClient
 
@@ -213,16 +213,12 @@ def pull_chart(client: RegistryClient, reference: ImageReference) -> ChartPackag
     def fetch(descriptor: Descriptor) -> bytes:
         if descriptor.size > MAX_CHART_BYTES:
             raise InputError(f"{where}: blob {descriptor.digest} is larger than a chart can be")
-        with client.open_blob(reference.repository, descriptor.digest, descriptor.size) as reader:
-            sink = io.BytesIO()
-            copy_stream(
-                reader,  # type: ignore[arg-type]
-                (sink,),
-                expected_digest=descriptor.digest,
-                expected_size=descriptor.size,
-                what=f"{where} blob {descriptor.digest}",
-            )
-        return sink.getvalue()
+        return client.read_blob(
+            reference.repository,
+            descriptor.digest,
+            descriptor.size,
+            what=f"{where} blob {descriptor.digest}",
+        )
 
     package = describe_chart(fetch(charts[0]), Path(where))
     return replace(package, config=fetch(children.config), source_manifest=manifest.content)

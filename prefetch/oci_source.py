@@ -7,7 +7,6 @@ API use). Files are blobs, streamed from the offset a resume needs.
 
 from __future__ import annotations
 
-import io
 from typing import Any, BinaryIO
 
 from sealift import media_types
@@ -64,11 +63,10 @@ class OciModelSource:
         for layer in children_of(artifact.content, media_types.OCI_MANIFEST, where=where).layers:
             if layer.media_type != media_types.SIGSTORE_BUNDLE or layer.size > MAX_SIGNATURE:
                 continue
-            sink = io.BytesIO()
-            with self.client.open_blob(self.reference.repository, layer.digest, layer.size) as blob:
-                while chunk := blob.read(1 << 20):
-                    sink.write(chunk)
-            found.append((f"{where}@{layer.digest}", sink.getvalue()))
+            body = self.client.read_blob(
+                self.reference.repository, layer.digest, layer.size, what=f"{where} signature"
+            )
+            found.append((f"{where}@{layer.digest}", body))
         return found
 
     def open(self, path: str, offset: int) -> BinaryIO:

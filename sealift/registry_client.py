@@ -24,7 +24,7 @@ from requests.adapters import HTTPAdapter
 from sealift import media_types
 from sealift.docker_auth import Credentials
 from sealift.errors import InputError, IntegrityError, RemoteError
-from sealift.hashing import sha256_bytes
+from sealift.hashing import copy_stream, sha256_bytes
 from sealift.retry import Retryable, RetryPolicy
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -419,6 +419,19 @@ class RegistryClient:
     def open_blob(self, repository: str, digest: str, size: int) -> io.RawIOBase:
         """A streaming reader for a blob that resumes by Range after a dropped connection."""
         return _ResumingBlobReader(self, repository, digest, size)
+
+    def read_blob(self, repository: str, digest: str, size: int, *, what: str) -> bytes:
+        """A small blob (a chart, a config, a signature) whole, its digest and size checked."""
+        sink = io.BytesIO()
+        with self.open_blob(repository, digest, size) as reader:
+            copy_stream(
+                reader,  # type: ignore[arg-type]
+                (sink,),
+                expected_digest=digest,
+                expected_size=size,
+                what=what,
+            )
+        return sink.getvalue()
 
     # -- writing ------------------------------------------------------------------------------
 
