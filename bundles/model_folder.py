@@ -11,11 +11,16 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sealift import media_types
 from sealift.descriptors import canonical_json
 from sealift.errors import InputError
 from sealift.hashing import sha256_bytes
+
+if TYPE_CHECKING:
+    from sealift.bundles.blob_source import BlobSource
+    from sealift.bundles.bundle_manifest import Artifact
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".onnx", ".h5", ".msgpack")
 _DOC_SUFFIXES = (".md", ".txt", ".rst", ".pdf")
@@ -195,3 +200,20 @@ def model_layers(content: bytes, *, where: str) -> tuple[ModelLayer, ...]:
         seen.add(path)
         layers.append(ModelLayer(path, layer.digest, layer.size, layer.media_type))
     return tuple(layers)
+
+
+def read_model_layers(
+    source: BlobSource, artifact: Artifact
+) -> tuple[bytes, tuple[ModelLayer, ...]]:
+    """A model artifact's manifest from a bundle, checked against its digest, and its files."""
+    from sealift.bundles import layout
+    from sealift.errors import IntegrityError
+    from sealift.hashing import sha256_bytes
+
+    content = source.read_small(layout.blob_name(artifact.digest))
+    if sha256_bytes(content) != artifact.digest:
+        raise IntegrityError(
+            f"model {artifact.name} {artifact.version}: its manifest does not match its digest",
+            hint="the bundle is damaged; run bundle verify",
+        )
+    return content, model_layers(content, where=f"model {artifact.name}")

@@ -24,7 +24,7 @@ from sealift.audit_log import AuditLog
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest
-from sealift.bundles.model_folder import model_layers
+from sealift.bundles.model_folder import read_model_layers
 from sealift.errors import InputError, IntegrityError, RemoteError
 from sealift.hashing import VerifyingReader, sha256_bytes
 from sealift.progress import Progress
@@ -165,16 +165,6 @@ class StoreResult:
     bytes_uploaded: int
 
 
-def _model_files(
-    source: BlobSource, artifact: Artifact
-) -> tuple[bytes, list[tuple[str, str, int]]]:
-    content = source.read_small(layout.blob_name(artifact.digest))
-    if sha256_bytes(content) != artifact.digest:
-        raise IntegrityError(f"model {artifact.name}: its manifest does not match its digest")
-    layers = model_layers(content, where=f"model {artifact.name}")
-    return content, [(layer.path, layer.digest, layer.size) for layer in layers]
-
-
 def upload_models(
     source: BlobSource,
     manifest: BundleManifest,
@@ -198,8 +188,8 @@ def upload_models(
     models = [a for a in manifest.artifacts if a.kind == "model"]
     work: list[tuple[Artifact, str, str, int]] = []
     for artifact in models:
-        _, files = _model_files(source, artifact)
-        work.extend((artifact, path, digest, size) for path, digest, size in files)
+        _, layers = read_model_layers(source, artifact)
+        work.extend((artifact, layer.path, layer.digest, layer.size) for layer in layers)
     counts = {"uploaded": 0, "present": 0, "bytes": 0}
     lock = threading.Lock()
 
@@ -284,7 +274,7 @@ def publish_model_manifests(
     from botocore.exceptions import BotoCoreError, ClientError
 
     for artifact in (a for a in manifest.artifacts if a.kind == "model"):
-        content, _ = _model_files(source, artifact)
+        content, _ = read_model_layers(source, artifact)
         base = (artifact.name, artifact.version)
         objects = [(target.key(*base, MODEL_MANIFEST_OBJECT), content)]
         prefix = layout.model_signature_prefix(artifact.name, artifact.version)

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest, parse_bundle_manifest
-from sealift.bundles.model_folder import list_model_files, model_layers
+from sealift.bundles.model_folder import list_model_files, read_model_layers
 from sealift.descriptors import children_of
 from sealift.errors import InputError, IntegrityError
 from sealift.hashing import hash_stream, sha256_bytes
@@ -225,13 +225,7 @@ def verify_folder(
 
 def model_manifest(source: BlobSource, artifact: Artifact) -> ModelManifest:
     """A model artifact's files and digests, read from its manifest (no weights are read)."""
-    content = source.read_small(layout.blob_name(artifact.digest))
-    if sha256_bytes(content) != artifact.digest:
-        raise IntegrityError(
-            f"model {artifact.name} {artifact.version}: its manifest does not match its digest",
-            hint="the bundle is damaged; run bundle verify",
-        )
-    layers = model_layers(content, where=f"model {artifact.name}")
+    _, layers = read_model_layers(source, artifact)
     digests = {layer.path: layer.digest for layer in layers}
     return ModelManifest.build(
         model_subject(artifact.name, artifact.version), digests, ignore_paths=DEFAULT_IGNORE_PATHS
@@ -399,8 +393,7 @@ def verify_bundle_weights(
 
 
 def _layer_sizes(source: BlobSource, artifact: Artifact) -> dict[str, int]:
-    content = source.read_small(layout.blob_name(artifact.digest))
-    layers = model_layers(content, where=f"model {artifact.name}")
+    _, layers = read_model_layers(source, artifact)
     return {layer.digest: layer.size for layer in layers}
 
 
