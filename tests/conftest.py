@@ -1,4 +1,4 @@
-"""Shared fixtures: real loopback registries and generated model folders.
+"""Shared fixtures: real loopback registries, generated model folders, a Kubernetes cluster.
 
 Logic lives in tests/support; this file only wires it into pytest.
 """
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.content import SKOPEO_BINARY, write_model_folder
+from support.k8s_cluster import K8S_BIN_DIR, KubeCluster, missing_k8s_tools
 from support.registry_server import (
     REGISTRY_BINARY,
     RegistryServer,
@@ -74,3 +75,29 @@ def model_dir(tmp_path: Path) -> Path:
     path = tmp_path / "model"
     write_model_folder(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """One real control plane (kwokctl, binary runtime, loopback only) for the session.
+
+    Tests share it: each makes its own namespace (``kube_ns``) and uniquely named nodes
+    (``support.k8s_cluster.unique_name``), and selects its own nodes by label, since cluster-wide
+    objects (nodes, DaemonSets' reach, admission policies) are visible to every test.
+    """
+    missing = missing_k8s_tools()
+    if missing:
+        pytest.skip(
+            f"Kubernetes test tools not built in {K8S_BIN_DIR} ({', '.join(missing)}); "
+            "run `make k8s-tools` (`make test` does)"
+        )
+    with KubeCluster(tmp_path_factory.mktemp("k8s")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def kube_ns(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace on ``kube_cluster``, deleted (without waiting) after the test."""
+    namespace = kube_cluster.create_namespace("t")
+    yield namespace
+    kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
