@@ -224,6 +224,20 @@ def pull_chart(client: RegistryClient, reference: ImageReference) -> ChartPackag
     return replace(package, config=fetch(children.config), source_manifest=manifest.content)
 
 
+def chart_values(archive: bytes, source: Path) -> dict[str, Any]:
+    """The default values.yaml of a packaged chart (its subcharts' values are nested in it)."""
+    members = _read_members(archive, source)
+    try:
+        values = yaml.safe_load(members.get("values.yaml", b"")) or {}
+    except yaml.YAMLError as bad:
+        raise InputError(
+            f"chart {source}: values.yaml is not valid YAML", hint="fix the chart"
+        ) from bad
+    if not isinstance(values, dict):
+        raise InputError(f"chart {source}: values.yaml is not a mapping", hint="fix the chart")
+    return values
+
+
 def describe_chart(archive: bytes, source: Path) -> ChartPackage:
     """Describe a packaged chart: metadata, Helm config and the images its values name."""
     path = source

@@ -25,6 +25,9 @@ BUNDLE_MANIFEST_FILE = "sealift-bundle.json"
 SIGNATURES_DIR = "signatures"
 WORK_DIR = ".sealift-work"
 MODEL_DATA_DIR = "models"
+# The prefetch image ``bundle create`` builds (sealift on a base with Python): its repository in
+# the bundle, tagged with the version of sealift that built it, e.g. sealift/prefetch:0.1.0.
+PREFETCH_IMAGE_REPOSITORY = "sealift/prefetch"
 
 PART_SUFFIX_DIGITS = 3
 PARTS_INDEX_SUFFIX = ".parts.json"

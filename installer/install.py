@@ -2,8 +2,8 @@
 
 Order: the signatures the trust policy requires and the whole descriptor graph (small reads
 only); preflight of the registry and the bucket; then blobs hashed while they stream to the
-registry and the store, tags and model manifests last. The cluster side of install (GPU
-Operator, prefetch DaemonSet, vLLM) is a separate step.
+registry and the store, tags and model manifests last. With a site file, the cluster side
+follows (installer/cluster_install.py): GPU Operator, prefetch DaemonSet, vLLM.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from sealift.audit_log import AuditLog
 from sealift.bundles.blob_source import open_bundle
 from sealift.bundles.verify import verify_bundle
 from sealift.docker_auth import Credentials, load_credentials
-from sealift.errors import IntegrityError, RemoteError
+from sealift.errors import InputError, IntegrityError, RemoteError
+from sealift.installer.cluster_install import (
+    ClusterOptions,
+    ClusterResult,
+    prepare_cluster_side,
+    run_cluster_side,
+)
 from sealift.installer.mirror import MirrorResult, MirrorTarget, plan_mirror, push_mirror
 from sealift.installer.object_store import (
     StoreResult,
@@ -48,6 +54,7 @@ class InstallOptions:
     allow_rollback: bool = False
     audit_log: Path | None = None
     chunk_size: int = 256 * 1024 * 1024
+    cluster: ClusterOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class InstallResult:
     mirror: MirrorResult | None
     store: StoreResult | None
     audit: tuple[dict[str, Any], ...]
+    cluster: ClusterResult | None = None
 
 
 def install(bundle: Path, options: InstallOptions, progress: Progress) -> InstallResult:
@@ -97,6 +105,17 @@ def install(bundle: Path, options: InstallOptions, progress: Progress) -> Instal
                 manifestDigest=report.manifest_digest,
                 trust=list(report.trust),
             )
+            prepared = None
+            if options.cluster is not None:
+                if options.registry is None or options.store is None:
+                    raise InputError(
+                        "--site needs --registry and --weights",
+                        hint="the cluster runs images from the mirror and weights from the store",
+                    )
+                # Every object is planned and checked before a single byte moves.
+                prepared = prepare_cluster_side(
+                    source, manifest, options.cluster, mirror=options.registry, store=options.store
+                )
             client = None
             if options.registry is not None:
                 credentials = options.credentials or load_credentials(
@@ -155,6 +174,11 @@ def install(bundle: Path, options: InstallOptions, progress: Progress) -> Instal
             if s3 is not None:
                 assert options.store is not None
                 publish_model_manifests(source, manifest, s3, options.store, audit=audit)
+            cluster_result = None
+            if prepared is not None:
+                cluster_result = run_cluster_side(
+                    prepared, registry=client, progress=progress, audit=audit
+                )
             audit.record("install-done", name=manifest.name, version=manifest.version)
             return InstallResult(
                 name=manifest.name,
@@ -164,6 +188,7 @@ def install(bundle: Path, options: InstallOptions, progress: Progress) -> Instal
                 mirror=mirror,
                 store=stored[0] if stored else None,
                 audit=tuple(audit.records),
+                cluster=cluster_result,
             )
     except RemoteError:
         audit.record("install-failed")

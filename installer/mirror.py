@@ -49,6 +49,12 @@ class MirrorTarget:
         return f"{self.registry}/{self.prefix}" if self.prefix else self.registry
 
 
+def mirror_reference(target: MirrorTarget, artifact: Artifact) -> str:
+    """Where ``install`` puts a bundle image: ``host/prefix/repository@digest``, pinned."""
+    repository = artifact.ref.rpartition(":")[0]
+    return f"{target.registry}/{target.repository(repository)}@{artifact.digest}"
+
+
 def parse_mirror_target(text: str) -> MirrorTarget:
     """Parse ``--registry``; the host is required, the prefix optional."""
     host, _, prefix = text.strip().partition("/")

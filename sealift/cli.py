@@ -22,7 +22,7 @@ import click
 from sealift import __version__
 from sealift.errors import InputError, SealiftError
 from sealift.progress import Progress
-from sealift.units import parse_size
+from sealift.units import parse_duration, parse_size
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INTERRUPTED = 130
@@ -87,6 +87,61 @@ class SizeType(click.ParamType):
             return parse_size(str(value), what=f"--{param.name if param else 'size'}")
         except SealiftError as bad:
             self.fail(bad.one_line(), param, ctx)
+
+
+class DurationType(click.ParamType):
+    """A duration such as 90s, 15m or 2h."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration(str(value), what=f"--{param.name if param else 'duration'}")
+        except SealiftError as bad:
+            self.fail(bad.one_line(), param, ctx)
+
+
+def cluster_options(function: F) -> F:
+    """Where the cluster is and how to render the GPU Operator chart."""
+    options = [
+        click.option(
+            "--site",
+            "site_file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="The site file: GPU node pools, driver strategy and how each model is served.",
+        ),
+        click.option(
+            "--helm",
+            type=click.Path(path_type=Path, dir_okay=False),
+            envvar="SEALIFT_HELM",
+            help="The helm binary that renders the GPU Operator chart (env SEALIFT_HELM).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _store_target(
+    weights_url: str | None,
+    s3_endpoint: str | None,
+    s3_region: str | None,
+    s3_path_style: bool,
+    s3_ca_file: Path | None,
+) -> Any:
+    from sealift.installer.object_store import parse_store_url
+
+    if weights_url is None:
+        return None
+    return parse_store_url(
+        weights_url,
+        endpoint=s3_endpoint,
+        region=s3_region,
+        path_style=s3_path_style,
+        ca_file=str(s3_ca_file) if s3_ca_file else None,
+    )
 
 
 JOBS = click.option(
@@ -471,6 +526,16 @@ def bundle_inspect(bundle_path: Path, progress: Progress, json_output: bool) -> 
     help="JSON-lines record of everything pushed, skipped or uploaded (appended).",
 )
 @click.option("--no-cluster", is_flag=True, help="Load the mirror and the store only.")
+@cluster_options
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The cluster's kubeconfig (default: KUBECONFIG, then ~/.kube/config).",
+)
+@click.option("--context", help="The kubeconfig context to use (default: its current context).")
+@click.option("--operator-timeout", type=DurationType(), help="Overrides timeouts.operator.")
+@click.option("--prefetch-timeout", type=DurationType(), help="Overrides timeouts.prefetch.")
+@click.option("--rollout-timeout", type=DurationType(), help="Overrides timeouts.rollout.")
 @JOBS
 @output_options
 def install_command(
@@ -494,21 +559,30 @@ def install_command(
     chunk_size: int,
     audit_log: Path,
     no_cluster: bool,
+    site_file: Path | None,
+    helm: Path | None,
+    kubeconfig: Path | None,
+    context: str | None,
+    operator_timeout: int | None,
+    prefetch_timeout: int | None,
+    rollout_timeout: int | None,
     jobs: int,
     progress: Progress,
     json_output: bool,
 ) -> None:
-    """Verify a bundle and load the registry mirror and the weight store from it.
+    """Verify a bundle, load the registry mirror and the weight store, and bring up the cluster.
 
     Signatures and the descriptor graph are checked first; then every blob is hashed while it
     streams to the mirror or the store. Tags and model manifests are written last. Re-running
-    after an interruption moves only what is missing. (The cluster side is not part of this
-    command yet: it always behaves as with --no-cluster.)
+    after an interruption moves only what is missing. With --site, every cluster object is
+    planned and checked before a byte moves; then the GPU Operator, the prefetch DaemonSets and
+    vLLM are applied in that order, each waited for until it really serves.
     """
     from sealift.docker_auth import Credentials
+    from sealift.installer.cluster_install import ClusterOptions
     from sealift.installer.install import InstallOptions, install
     from sealift.installer.mirror import parse_mirror_target
-    from sealift.installer.object_store import parse_store_url
+    from sealift.installer.site_file import load_site
 
     if registry is None and weights_url is None:
         raise InputError("nothing to install into", hint="pass --registry and/or --weights")
@@ -525,19 +599,28 @@ def install_command(
     trust = _policy(policy, trust_key, required=False)
     if trust is None:
         progress.note("no --policy or --trust: signatures are not checked", level="warning")
+    cluster = None
+    if site_file is not None and not no_cluster:
+        if policy is None:
+            raise InputError(
+                "--site needs --policy FILE",
+                hint="prefetch agents verify weights against a policy file; --trust is not enough",
+            )
+        timeouts = {"operator": operator_timeout, "prefetch": prefetch_timeout,
+                    "rollout": rollout_timeout}  # fmt: skip
+        cluster = ClusterOptions(
+            site=load_site(site_file),
+            policy_file=policy,
+            kubeconfig=kubeconfig,
+            context=context,
+            helm=helm,
+            timeouts={k: v for k, v in timeouts.items() if v is not None},
+        )
     result = install(
         bundle_path,
         InstallOptions(
             registry=parse_mirror_target(registry) if registry else None,
-            store=parse_store_url(
-                weights_url,
-                endpoint=s3_endpoint,
-                region=s3_region,
-                path_style=s3_path_style,
-                ca_file=str(s3_ca_file) if s3_ca_file else None,
-            )
-            if weights_url
-            else None,
+            store=_store_target(weights_url, s3_endpoint, s3_region, s3_path_style, s3_ca_file),
             plain_http=insecure,
             ca_file=str(ca_file) if ca_file else None,
             auth_file=authfile,
@@ -549,10 +632,11 @@ def install_command(
             allow_rollback=allow_rollback,
             audit_log=audit_log,
             chunk_size=chunk_size,
+            cluster=cluster,
         ),
         progress,
     )
-    mirror, store = result.mirror, result.store
+    mirror, store, applied = result.mirror, result.store, result.cluster
     if json_output:
         _emit_json(
             {
@@ -562,6 +646,16 @@ def install_command(
                 "trust": list(result.trust),
                 "mirror": mirror.__dict__ if mirror else None,
                 "store": store.__dict__ if store else None,
+                "cluster": {
+                    "objectsApplied": len(applied.applied),
+                    "objectsChanged": applied.changed,
+                    "upgraded": list(applied.upgraded),
+                    "waits": [
+                        {"what": w.what, "seconds": round(w.seconds, 1)} for w in applied.waits
+                    ],
+                }
+                if applied
+                else None,
                 "auditLog": str(audit_log),
             }
         )
@@ -579,9 +673,99 @@ def install_command(
             f"weights: {store.uploaded} objects uploaded ({store.bytes_uploaded} bytes),"
             f" {store.present} already there, for {store.models} model(s)"
         )
+    if applied is not None:
+        click.echo(
+            f"cluster: {len(applied.applied)} objects applied, {applied.changed} changed;"
+            + "".join(f" {w.what} in {w.seconds:.0f}s;" for w in applied.waits[-1:])
+            + " serving"
+        )
     click.echo(
         f"installed {result.name} {result.version} (bundle manifest {result.manifest_digest});"
         f" audit log {audit_log}"
+    )
+
+
+@main.command("render")
+@click.argument("bundle_path", metavar="BUNDLE", type=click.Path(path_type=Path))
+@click.option("--registry", required=True, metavar="HOST[:PORT][/PREFIX]", help="The mirror.")
+@click.option("--weights", "weights_url", required=True, metavar="s3://BUCKET/PREFIX",
+              help="The weight store the prefetch agents read.")  # fmt: skip
+@click.option("--s3-endpoint", metavar="URL", help="S3-compatible endpoint.")
+@click.option("--s3-region", metavar="REGION", help="S3 region.")
+@click.option("--s3-path-style", is_flag=True, help="Path-style bucket addressing.")
+@click.option(
+    "--policy",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="SEALIFT_POLICY",
+    help="The trust policy the agents verify weights against (and the bundle is checked with).",
+)
+@click.option(
+    "--allow-rollback", is_flag=True, help="Accept a release older than the policy's minimum."
+)
+@cluster_options
+@click.option("--kube-version", metavar="X.Y.Z", help="Render for this Kubernetes version.")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Folder for the manifests (10-gpu-operator, 20-prefetch, 30-serving, kustomization).",
+)
+@output_options
+def render_command(
+    bundle_path: Path,
+    registry: str,
+    weights_url: str,
+    s3_endpoint: str | None,
+    s3_region: str | None,
+    s3_path_style: bool,
+    policy: Path,
+    allow_rollback: bool,
+    site_file: Path | None,
+    helm: Path | None,
+    kube_version: str | None,
+    out_dir: Path,
+    progress: Progress,
+    json_output: bool,
+) -> None:
+    """Write the cluster objects install would apply, for GitOps, after the same checks.
+
+    The bundle's signatures are verified, every object is validated offline and no image may
+    come from outside the mirror. No secret value is rendered: Secrets are referenced by name.
+    """
+    from sealift.installer.cluster_install import render_bundle
+    from sealift.installer.mirror import parse_mirror_target
+    from sealift.installer.site_file import load_site
+
+    if site_file is None:
+        raise InputError("render needs --site", hint="the site file describes the cluster")
+    plan, written = render_bundle(
+        bundle_path,
+        site=load_site(site_file),
+        mirror=parse_mirror_target(registry),
+        store=_store_target(weights_url, s3_endpoint, s3_region, s3_path_style, None),
+        policy_file=policy,
+        helm=helm,
+        kube_version=kube_version,
+        out_dir=out_dir,
+        progress=progress,
+        allow_rollback=allow_rollback,
+    )
+    objects = sum(len(group) for group in plan.groups())
+    if json_output:
+        _emit_json(
+            {
+                "files": [str(path) for path in written],
+                "objects": objects,
+                "imagesChecked": plan.checked_images,
+            }
+        )
+        return
+    click.echo(
+        f"rendered {objects} objects into {out_dir} ({plan.checked_images} image references,"
+        " all from the mirror)"
     )
 
 
@@ -636,6 +820,11 @@ def install_command(
     metavar="HOST:PORT",
     help="Serve /livez, /readyz and /metrics, and keep running once the copy is in place.",
 )
+@click.option(
+    "--label-node",
+    is_flag=True,
+    help="Label this node (NODE_NAME) with each complete version, for pods to require.",
+)
 @JOBS
 @output_options
 def prefetch_command(
@@ -652,6 +841,7 @@ def prefetch_command(
     trust_key: Path | None,
     keep: int,
     serve: str | None,
+    label_node: bool,
     jobs: int,
     progress: Progress,
     json_output: bool,
@@ -671,6 +861,11 @@ def prefetch_command(
     from sealift.prefetch.s3_source import S3ModelSource
 
     trust = _policy(policy, trust_key, required=True)
+    node = None
+    if label_node:
+        from sealift.prefetch.node_label import node_name_from_env
+
+        node = node_name_from_env()  # before any download: a missing NODE_NAME fails fast
     model_source: Any
     if source.startswith("oci://"):
         from sealift.docker_auth import load_credentials
@@ -706,9 +901,16 @@ def prefetch_command(
         progress=progress,
         metrics=metrics,
     )
+    labels: dict[str, str] = {}
+    if node is not None:
+        from sealift.prefetch.node_label import apply_node_labels, complete_versions
+
+        labels = apply_node_labels(node, result.name, complete_versions(dest, result.name))
+        progress.note(f"node {node} labelled: {', '.join(sorted(labels))}")
     if json_output:
         _emit_json(
             {
+                "nodeLabels": labels,
                 "path": str(result.path),
                 "name": result.name,
                 "manifestDigest": result.manifest_digest,

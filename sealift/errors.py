@@ -52,3 +52,10 @@ class ResourceError(SealiftError):
 
     exit_code = 5
     family = "resource"
+
+
+class StallError(SealiftError):
+    """The cluster did not reach the wanted state in time: a Pending pod, a stuck rollout."""
+
+    exit_code = 6
+    family = "stalled"

@@ -51,3 +51,16 @@ def format_bytes(count: float) -> str:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
     raise AssertionError("unreachable")
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h)\s*$")
+
+
+def parse_duration(text: str, *, what: str = "duration") -> int:
+    """Parse ``90s``, ``15m``, ``2h`` into seconds; anything else is refused, never guessed."""
+    match = _DURATION.match(text)
+    if not match or int(match.group(1)) <= 0:
+        raise InputError(
+            f"{what} {text!r} is not a duration", hint="use seconds, minutes or hours: 90s, 15m, 2h"
+        )
+    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]

@@ -228,3 +228,36 @@ def check_minimum_version(policy: TrustPolicy, name: str, version: str) -> None:
             f"release {name} {version} is older than the minimum {floor} in {policy.source}",
             hint="this looks like a rollback; use a newer bundle, or --allow-rollback on purpose",
         )
+
+
+def portable_policy(path: Path) -> dict[str, bytes]:
+    """The policy and every file it names, as flat names (for a ConfigMap mounted as a folder).
+
+    Paths in the copy are rewritten to those flat names, so the folder is a complete policy.
+    The policy is loaded first, so only a valid policy is ever carried into a cluster.
+    """
+    import yaml
+
+    load_trust_policy(path)
+    document = load_document(
+        path, package="sealift.signing", schema_name=SCHEMA_NAME, what="trust policy"
+    )
+    base = path.resolve().parent
+    files: dict[str, bytes] = {}
+
+    def carry(signer: str, kind: str, relative: str) -> str:
+        name = f"{signer}.{kind}"
+        files[name] = (base / relative).read_bytes()
+        return name
+
+    for entry in document["signers"]:
+        if "key" in entry:
+            entry["key"] = carry(entry["name"], "pub.pem", entry["key"])
+        elif "certificate" in entry:
+            spec = entry["certificate"]
+            spec["roots"] = carry(entry["name"], "roots.pem", spec["roots"])
+        elif entry["keyless"].get("trustedRoot"):
+            spec = entry["keyless"]
+            spec["trustedRoot"] = carry(entry["name"], "trusted_root.json", spec["trustedRoot"])
+    files["policy.yaml"] = yaml.safe_dump(document, sort_keys=False).encode()
+    return files

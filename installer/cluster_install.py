@@ -1,0 +1,491 @@
+"""The cluster side of install: plan the objects, check them, apply them in order, wait for each.
+
+``plan_cluster`` turns a verified bundle, a site file and the mirror and store locations into
+three groups of objects (GPU Operator, prefetch, serving), validated offline and checked so that
+no image comes from outside the mirror. ``render_plan`` writes them for GitOps;
+``install_cluster`` applies them server-side and waits: the operator ready and GPUs allocatable,
+then verified weights on every target node, then vLLM rolled out. On an upgrade the new weights
+land beside the old ones, vLLM rolls, and only then does each node drop the old version.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sealift import media_types
+from sealift.bundles import layout
+from sealift.bundles.blob_source import BlobSource
+from sealift.bundles.bundle_manifest import Artifact, BundleManifest
+from sealift.bundles.helm_chart import chart_values
+from sealift.descriptors import load_json
+from sealift.durable_files import write_atomically
+from sealift.errors import InputError, IntegrityError
+from sealift.hashing import sha256_bytes
+from sealift.installer import gpu_operator, stack_render
+from sealift.installer.image_policy import check_images
+from sealift.installer.kube_cluster import Applied, KubeCluster
+from sealift.installer.manifest_validation import validate_objects
+from sealift.installer.mirror import MirrorTarget
+from sealift.installer.object_store import StoreTarget
+from sealift.installer.rollout_wait import (
+    WaitResult,
+    daemonset_check,
+    deployment_check,
+    operator_check,
+    wait_until,
+)
+from sealift.installer.site_file import Site
+from sealift.prefetch.node_label import weights_label
+from sealift.progress import Progress
+
+RENDER_FILES = ("10-gpu-operator.yaml", "20-prefetch.yaml", "30-serving.yaml")
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The objects of one install, in the order they are applied."""
+
+    inputs: stack_render.StackInputs
+    operator: tuple[dict[str, Any], ...]
+    prefetch: tuple[dict[str, Any], ...]
+    serving: tuple[dict[str, Any], ...]
+    chart_images: tuple[gpu_operator.MirroredImage, ...]
+    cluster_policy: str = ""
+    checked_images: int = 0
+
+    def groups(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        return (self.operator, self.prefetch, self.serving)
+
+
+def _chart_archive(source: BlobSource, manifest: BundleManifest, name: str, work: Path) -> Path:
+    chart = next((a for a in manifest.artifacts if a.kind == "chart" and a.name == name), None)
+    if chart is None:
+        charts = ", ".join(a.name for a in manifest.artifacts if a.kind == "chart") or "none"
+        raise InputError(
+            f"the bundle has no chart {name!r} for the GPU Operator",
+            hint=f"set gpuOperator.chart in the site file; the bundle's charts: {charts}",
+        )
+
+    def verified(digest: str) -> bytes:
+        content = source.read_small(layout.blob_name(digest), limit=64 * 1024 * 1024)
+        if sha256_bytes(content) != digest:
+            raise IntegrityError(
+                f"chart {name}: blob {digest} does not match its digest",
+                hint="the bundle is damaged; run bundle verify",
+            )
+        return content
+
+    document = load_json(verified(chart.digest), where=f"chart {name}")
+    layer = next(
+        (
+            entry
+            for entry in document.get("layers", [])
+            if entry.get("mediaType") == media_types.HELM_CHART
+        ),
+        None,
+    )
+    if layer is None:
+        raise IntegrityError(
+            f"chart {name}: its manifest has no chart layer", hint="run bundle verify"
+        )
+    path = work / f"{name}-{chart.version or 'chart'}.tgz"
+    path.write_bytes(verified(layer["digest"]))
+    return path
+
+
+def plan_cluster(
+    source: BlobSource,
+    manifest: BundleManifest,
+    *,
+    site: Site,
+    mirror: MirrorTarget,
+    store: StoreTarget,
+    trust_files: Mapping[str, bytes],
+    helm: Path,
+    kube_version: str | None = None,
+    keep: Mapping[str, int] | None = None,
+) -> ClusterPlan:
+    """Every object of the install, validated and image-checked; nothing is applied here."""
+    images = tuple(a for a in manifest.artifacts if a.kind == "image")
+    inputs = stack_render.StackInputs(
+        site=site,
+        release=manifest.name,
+        version=manifest.version,
+        bundle_digest=manifest.digest,
+        mirror=mirror,
+        store=store,
+        images=images,
+        models=tuple(a for a in manifest.artifacts if a.kind == "model"),
+        trust_files=trust_files,
+    )
+    with tempfile.TemporaryDirectory(prefix="sealift-chart-") as work:
+        archive = _chart_archive(source, manifest, site.operator_chart, Path(work))
+        values = chart_values(archive.read_bytes(), archive)
+        overrides, matched = gpu_operator.operator_values(
+            values, site, images, mirror, chart=site.operator_chart
+        )
+        operator = gpu_operator.helm_template(
+            helm,
+            archive,
+            release="gpu-operator",
+            namespace=site.operator_namespace,
+            values=overrides,
+            kube_version=kube_version,
+        )
+    operator = [_with_namespace(obj, site.operator_namespace) for obj in operator]
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": site.operator_namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": stack_render.MANAGED_BY,
+                # The operator's DaemonSets load drivers and device plugins: privileged by nature.
+                "pod-security.kubernetes.io/enforce": "privileged",
+            },
+        },
+    }
+    operator = [namespace, *operator]
+    prefetch, serving = stack_render.stack_objects(inputs, keep=keep)
+    validate_objects([*operator, *prefetch, *serving])
+    checked = check_images(operator, mirror, pinned=False)
+    checked += check_images([*prefetch, *serving], mirror, pinned=True)
+    policy = next((o["metadata"]["name"] for o in operator if o.get("kind") == "ClusterPolicy"), "")
+    return ClusterPlan(
+        inputs, tuple(operator), tuple(prefetch), tuple(serving), tuple(matched), policy, checked
+    )
+
+
+_CLUSTER_SCOPED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ClusterPolicy",
+    "NodeFeatureRule",
+    "RuntimeClass",
+    "PriorityClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "StorageClass",
+    "PersistentVolume",
+}
+
+
+def _with_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    # helm template leaves metadata.namespace out of charts that rely on --namespace at apply.
+    if obj.get("kind") in _CLUSTER_SCOPED:
+        return obj
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("namespace", namespace)
+    return obj
+
+
+def render_plan(plan: ClusterPlan, out_dir: Path) -> list[Path]:
+    """Write the three groups as YAML files plus a kustomization.yaml; each file atomically."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"-o {out_dir} is not a folder", hint="name a folder for the manifests")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    header = (
+        f"# Rendered by sealift for site {plan.inputs.site.name}, release {plan.inputs.release}"
+        f" {plan.inputs.version} (bundle {plan.inputs.bundle_digest}).\n"
+        "# Apply in file order; every image comes from the mirror. Do not edit: re-render.\n"
+    )
+    for name, group in zip(RENDER_FILES, plan.groups(), strict=True):
+        text = header + yaml.safe_dump_all(list(group), sort_keys=False, explicit_start=True)
+        path = out_dir / name
+        write_atomically(path, text.encode())
+        written.append(path)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": list(RENDER_FILES),
+    }
+    path = out_dir / "kustomization.yaml"
+    write_atomically(path, yaml.safe_dump(kustomization, sort_keys=False).encode())
+    written.append(path)
+    return written
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    """What the cluster side of install did."""
+
+    applied: tuple[Applied, ...]
+    waits: tuple[WaitResult, ...]
+    upgraded: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for item in self.applied if item.changed)
+
+
+def steady_models(cluster: KubeCluster, plan: ClusterPlan) -> set[str]:
+    """Models whose Deployment already serves the planned weights, fully rolled out."""
+    from lightkube.resources.apps_v1 import Deployment
+
+    steady: set[str] = set()
+    site = plan.inputs.site
+    for serving in site.models:
+        model = stack_render.model_artifact(plan.inputs, serving.name, where=site.source)
+        deployment = cluster.get(Deployment, serving.deployment, site.namespace)
+        if deployment is None:
+            continue
+        annotations = deployment.spec.template.metadata.annotations or {}
+        if annotations.get("sealift.dev/weights-digest") != model.digest:
+            continue
+        if deployment_check(cluster, site.namespace, serving.deployment)() is None:
+            steady.add(serving.name)
+    return steady
+
+
+def install_cluster(
+    plan_for: Any,
+    cluster: KubeCluster,
+    *,
+    progress: Progress,
+    timeouts: Mapping[str, int],
+) -> ClusterResult:
+    """Apply and wait, phase by phase. ``plan_for(keep)`` makes the plan for a keep mapping."""
+    from lightkube.generic_resource import get_generic_resource
+
+    first: ClusterPlan = plan_for(None)
+    site = first.inputs.site
+    steady = steady_models(cluster, first)
+    during = {
+        m.name: site.weights.keep_versions + (0 if m.name in steady else 1) for m in site.models
+    }
+    plan: ClusterPlan = plan_for(during)
+    applied: list[Applied] = []
+    waits: list[WaitResult] = []
+
+    progress.note(f"applying {len(plan.operator)} GPU Operator objects")
+    applied += cluster.apply_all(list(plan.operator))
+    policy = None
+    if plan.cluster_policy:
+        crd = get_generic_resource("nvidia.com/v1", "ClusterPolicy")
+        policy = (crd, plan.cluster_policy) if crd is not None else None
+    products = sorted({site.pool(m.pool).gpu_product for m in site.models})
+    waits.append(
+        wait_until(
+            "GPU Operator",
+            operator_check(
+                cluster, site.operator_namespace, policy, products, mig=site.mig_strategy == "mixed"
+            ),
+            timeout=timeouts["operator"],
+            progress=progress,
+            hint=f"kubectl -n {site.operator_namespace} get pods; the operator's logs say why",
+        )
+    )
+    applied += _apply_and_wait_prefetch(cluster, plan, progress, timeouts, waits)
+    progress.note(f"applying {len(plan.serving)} serving objects")
+    applied += cluster.apply_all(list(plan.serving))
+    for serving in site.models:
+        pool = site.pool(serving.pool)
+        waits.append(
+            wait_until(
+                f"vLLM Deployment {site.namespace}/{serving.deployment}",
+                deployment_check(
+                    cluster,
+                    site.namespace,
+                    serving.deployment,
+                    surge_gpus=serving.tensor_parallel_size,
+                    product=pool.gpu_product,
+                ),
+                timeout=timeouts["rollout"],
+                progress=progress,
+                hint=f"kubectl -n {site.namespace} describe deployment {serving.deployment}",
+            )
+        )
+    upgraded = tuple(m.name for m in site.models if m.name not in steady)
+    final_keep = {m.name: site.weights.keep_versions for m in site.models}
+    if final_keep != during:
+        # The rollout is complete: the old weights can go now, node by node.
+        final = plan_for(final_keep)
+        applied += _apply_and_wait_prefetch(cluster, final, progress, timeouts, waits)
+    return ClusterResult(tuple(applied), tuple(waits), upgraded)
+
+
+def _apply_and_wait_prefetch(
+    cluster: KubeCluster,
+    plan: ClusterPlan,
+    progress: Progress,
+    timeouts: Mapping[str, int],
+    waits: list[WaitResult],
+) -> list[Applied]:
+    site = plan.inputs.site
+    progress.note(f"applying {len(plan.prefetch)} prefetch objects")
+    applied = cluster.apply_all(list(plan.prefetch))
+    for serving in site.models:
+        model = stack_render.model_artifact(plan.inputs, serving.name, where=site.source)
+        name = f"sealift-prefetch-{serving.deployment}"[:63].rstrip("-")
+        pool = site.pool(serving.pool)
+        waits.append(
+            wait_until(
+                f"verified weights of {model.name} {model.version} on every {pool.name} node",
+                daemonset_check(
+                    cluster,
+                    site.namespace,
+                    name,
+                    label=weights_label(model.digest),
+                    product=pool.gpu_product,
+                ),
+                timeout=timeouts["prefetch"],
+                progress=progress,
+                hint=f"kubectl -n {site.namespace} logs daemonset/{name}",
+            )
+        )
+    return applied
+
+
+def chart_image_artifacts(plan: ClusterPlan) -> list[tuple[str, str, Artifact]]:
+    """(mirror repository, tag, bundle artifact) for each chart image, for the tag check."""
+    return [(m.mirror_repository, m.tag, m.artifact) for m in plan.chart_images]
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """The cluster side: which cluster, which site file, the trust policy file, Helm, timeouts."""
+
+    site: Site
+    policy_file: Path
+    kubeconfig: Path | None = None
+    context: str | None = None
+    helm: Path | None = None
+    timeouts: Mapping[str, int] = field(default_factory=dict)
+
+    def timeout(self, kind: str) -> int:
+        """A flag's value first, then the site file's (which holds the defaults)."""
+        return int(self.timeouts.get(kind) or getattr(self.site.timeouts, kind))
+
+
+@dataclass
+class PreparedCluster:
+    """A connected cluster and a plan that has already passed every offline check."""
+
+    options: ClusterOptions
+    cluster: KubeCluster
+    plan_for: Any
+    plan: ClusterPlan
+
+
+def prepare_cluster_side(
+    source: BlobSource,
+    manifest: BundleManifest,
+    options: ClusterOptions,
+    *,
+    mirror: MirrorTarget,
+    store: StoreTarget,
+) -> PreparedCluster:
+    """Before any byte moves: reach the cluster, find Helm, plan and check every object."""
+    from sealift.signing.trust_policy import portable_policy
+
+    trust_files = portable_policy(options.policy_file)
+    helm = gpu_operator.find_helm(options.helm)
+    cluster = KubeCluster(options.kubeconfig, options.context)
+    version = cluster.server_version()
+
+    def plan_for(keep: Mapping[str, int] | None) -> ClusterPlan:
+        return plan_cluster(
+            source,
+            manifest,
+            site=options.site,
+            mirror=mirror,
+            store=store,
+            trust_files=trust_files,
+            helm=helm,
+            kube_version=version or None,
+            keep=keep,
+        )
+
+    return PreparedCluster(options, cluster, plan_for, plan_for(None))
+
+
+def check_mirror_tags(prepared: PreparedCluster, registry: Any) -> None:
+    """Each chart image's mirror tag must still name the digest the bundle verified."""
+    for repository, tag, artifact in chart_image_artifacts(prepared.plan):
+        _, _, path = repository.partition("/")
+        found = registry.manifest_digest(path, tag)
+        if found != artifact.digest:
+            raise IntegrityError(
+                f"mirror tag {repository}:{tag} names {found or 'nothing'}, not the bundle's"
+                f" {artifact.digest}",
+                hint="someone moved the tag after install pushed it; re-run install with"
+                " --tag-policy overwrite, and find out who",
+            )
+
+
+def run_cluster_side(
+    prepared: PreparedCluster, *, registry: Any, progress: Progress, audit: Any
+) -> ClusterResult:
+    """Tag check, then apply and wait, phase by phase; each step goes to the audit log."""
+    if registry is not None:
+        check_mirror_tags(prepared, registry)
+    options = prepared.options
+    timeouts = {kind: options.timeout(kind) for kind in ("operator", "prefetch", "rollout")}
+    audit.record(
+        "cluster-start", site=options.site.name, checkedImages=prepared.plan.checked_images
+    )
+    result = install_cluster(
+        prepared.plan_for, prepared.cluster, progress=progress, timeouts=timeouts
+    )
+    for item in result.applied:
+        if item.changed:
+            audit.record("object-applied", kind=item.kind, namespace=item.namespace, name=item.name)
+    audit.record("cluster-done", changed=result.changed, upgraded=list(result.upgraded))
+    return result
+
+
+def render_bundle(
+    bundle: Path,
+    *,
+    site: Site,
+    mirror: MirrorTarget,
+    store: StoreTarget,
+    policy_file: Path,
+    helm: Path | None,
+    kube_version: str | None,
+    out_dir: Path,
+    progress: Progress,
+    allow_rollback: bool = False,
+) -> tuple[ClusterPlan, list[Path]]:
+    """``sealift render``: verify the bundle's signatures and graph, then write the objects."""
+    from sealift.bundles.blob_source import open_bundle
+    from sealift.bundles.verify import verify_bundle
+    from sealift.signing.trust_policy import load_trust_policy, portable_policy
+
+    policy = load_trust_policy(policy_file)
+    with open_bundle(bundle) as source:
+        report = verify_bundle(
+            source,
+            jobs=1,
+            progress=progress,
+            policy=policy,
+            allow_rollback=allow_rollback,
+            hash_blobs=False,
+        )
+        if not report.ok or report.manifest is None:
+            first = report.problems[0].one_line() if report.problems else "no manifest"
+            raise IntegrityError(
+                f"{bundle}: {first}", hint="run sealift bundle verify; nothing was rendered"
+            )
+        plan = plan_cluster(
+            source,
+            report.manifest,
+            site=site,
+            mirror=mirror,
+            store=store,
+            trust_files=portable_policy(policy_file),
+            helm=gpu_operator.find_helm(helm),
+            kube_version=kube_version,
+        )
+    return plan, render_plan(plan, out_dir)

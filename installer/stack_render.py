@@ -1,0 +1,561 @@
+"""The serving stack as Kubernetes objects, made by pure functions of site, release and mirror.
+
+Nothing here talks to a cluster. ``render`` writes these objects for GitOps and ``install`` applies
+the same objects, so what a reviewer reads is what runs. Every image is named by the mirror and
+pinned by digest; no secret value is ever part of an object (Secrets are referenced by name).
+
+The vLLM Deployment follows the seed documents' reference skeleton: weights outside the image on
+a read-only hostPath filled by the prefetch DaemonSet, a startupProbe sized to the model's load
+time, readiness and liveness on /health, a long drain, and RollingUpdate 1/0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sealift.bundles.bundle_manifest import Artifact
+from sealift.bundles.layout import PREFETCH_IMAGE_REPOSITORY
+from sealift.errors import InputError
+from sealift.installer.mirror import MirrorTarget, mirror_reference
+from sealift.installer.object_store import StoreTarget
+from sealift.installer.site_file import ModelServing, NodePool, Site
+from sealift.prefetch.node_label import LABEL_PREFIX, label_value, weights_label
+
+Object = dict[str, Any]
+
+PREFETCH_SERVICE_ACCOUNT = "sealift-prefetch"
+TRUST_CONFIG_MAP = "sealift-trust-policy"
+TRUST_MOUNT = "/etc/sealift/trust"
+AWS_CREDENTIALS_MOUNT = "/etc/sealift/aws"
+MODELS_MOUNT = "/models"
+PREFETCH_PORT = 9090
+VLLM_PORT = 8000
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+TERMINATION_GRACE_SECONDS = 600
+PRE_STOP_SECONDS = 15
+# vLLM must finish draining before the kubelet's SIGKILL: the grace period less the preStop
+# sleep less a margin for process exit.
+VLLM_SHUTDOWN_TIMEOUT = TERMINATION_GRACE_SECONDS - PRE_STOP_SECONDS - 15
+STARTUP_PERIOD_SECONDS = 10
+MANAGED_BY = "sealift"
+
+
+@dataclass(frozen=True)
+class StackInputs:
+    """Everything the cluster objects are made from."""
+
+    site: Site
+    release: str
+    version: str
+    bundle_digest: str
+    mirror: MirrorTarget
+    store: StoreTarget
+    images: tuple[Artifact, ...]
+    models: tuple[Artifact, ...]
+    trust_files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def _labels(inputs: StackInputs, component: str, instance: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": component,
+        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/part-of": inputs.release[:63],
+        "app.kubernetes.io/version": inputs.version[:63].rstrip("-._+") or "0",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "sealift.dev/site": inputs.site.name,
+    }
+
+
+def _tolerations(pool: NodePool) -> list[Object]:
+    if pool.taint is None:
+        return []
+    toleration: Object = {"key": pool.taint.key, "effect": pool.taint.effect}
+    if pool.taint.value:
+        toleration.update(operator="Equal", value=pool.taint.value)
+    else:
+        toleration["operator"] = "Exists"
+    return [toleration]
+
+
+def find_image(inputs: StackInputs, wanted: str, *, what: str) -> Artifact:
+    """The one bundle image whose repository is ``wanted`` (or ends with ``/wanted``)."""
+    name, _, tag = wanted.partition(":")
+    matches = [
+        image
+        for image in inputs.images
+        if (
+            image.ref.rpartition(":")[0] == name
+            or image.ref.rpartition(":")[0].endswith("/" + name)
+        )
+        and (not tag or image.ref.rpartition(":")[2] == tag)
+    ]
+    if len(matches) != 1:
+        names = ", ".join(sorted(image.ref for image in inputs.images)) or "none"
+        raise InputError(
+            f"{what}: {len(matches)} images of the bundle match {wanted!r}",
+            hint=f"name one image exactly; the bundle has: {names}",
+        )
+    return matches[0]
+
+
+def model_artifact(inputs: StackInputs, name: str, *, where: str) -> Artifact:
+    """The bundle's model called ``name``."""
+    for artifact in inputs.models:
+        if artifact.name == name:
+            return artifact
+    names = ", ".join(sorted(a.name for a in inputs.models)) or "none"
+    raise InputError(f"{where}: the bundle has no model {name!r}", hint=f"its models: {names}")
+
+
+def namespace_objects(inputs: StackInputs) -> list[Object]:
+    """The serving namespace. hostPath volumes (the weights) need the privileged PSA level."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": inputs.site.namespace,
+                "labels": {
+                    "app.kubernetes.io/managed-by": MANAGED_BY,
+                    "pod-security.kubernetes.io/enforce": "privileged",
+                    "pod-security.kubernetes.io/warn": "baseline",
+                },
+            },
+        }
+    ]
+
+
+def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
+    """The agent's identity, the right to patch nodes, and the policy narrowing it.
+
+    RBAC cannot say "only your own node" or "only these labels", so a ValidatingAdmissionPolicy
+    does: requests from the agent's service account may change only labels under
+    ``weights.sealift.dev/`` and only on the node its token is bound to.
+    """
+    namespace = inputs.site.namespace
+    labels = _labels(inputs, "sealift-prefetch", "sealift-prefetch")
+    user = f"system:serviceaccount:{namespace}:{PREFETCH_SERVICE_ACCOUNT}"
+    role_name = f"sealift-prefetch-node-labels-{namespace}"
+    policy_name = f"sealift-prefetch-own-node-weights-labels-{namespace}"
+    node_key = "authentication.kubernetes.io/node-name"
+    only_weights_labels = (
+        "(has(object.metadata.labels) ? object.metadata.labels : {}).all(k,"
+        f" k.startsWith('{LABEL_PREFIX}') ||"
+        " (has(oldObject.metadata.labels) && k in oldObject.metadata.labels &&"
+        " oldObject.metadata.labels[k] == object.metadata.labels[k]))"
+        " && (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}).all(k,"
+        f" k.startsWith('{LABEL_PREFIX}') ||"
+        " (has(object.metadata.labels) && k in object.metadata.labels))"
+    )
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": PREFETCH_SERVICE_ACCOUNT,
+                "namespace": namespace,
+                "labels": labels,
+            },
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role_name, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role_name, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role_name,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": PREFETCH_SERVICE_ACCOUNT, "namespace": namespace}
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy_name, "labels": labels},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["nodes", "nodes/status"],
+                        }
+                    ]
+                },
+                "matchConditions": [
+                    {
+                        "name": "prefetch-agent",
+                        "expression": f"request.userInfo.username == '{user}'",
+                    }
+                ],
+                "validations": [
+                    {
+                        "expression": "!has(request.subResource) || request.subResource == ''",
+                        "message": "the prefetch agent may not change a node's status",
+                    },
+                    {
+                        "expression": f"'{node_key}' in"
+                        f" request.userInfo.extra && request.userInfo.extra['{node_key}'][0] =="
+                        " object.metadata.name",
+                        "message": "the prefetch agent may label only the node it runs on",
+                    },
+                    {
+                        "expression": only_weights_labels,
+                        "message": f"the prefetch agent may change only {LABEL_PREFIX}* labels",
+                    },
+                    {
+                        "expression": "object.spec == oldObject.spec && (has(object.metadata"
+                        ".annotations) ? object.metadata.annotations : {}) == (has(oldObject"
+                        ".metadata.annotations) ? oldObject.metadata.annotations : {})",
+                        "message": "the prefetch agent may not change a node's spec or annotations",
+                    },
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy_name, "labels": labels},
+            "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": TRUST_CONFIG_MAP, "namespace": namespace, "labels": labels},
+            "data": {
+                name: content.decode() for name, content in sorted(inputs.trust_files.items())
+            },
+        },
+    ]
+
+
+def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int) -> Object:
+    """The DaemonSet that lands one model's verified weights on every node of its pool."""
+    site = inputs.site
+    pool = site.pool(serving.pool)
+    model = model_artifact(inputs, serving.name, where=f"{site.source}: models {serving.name}")
+    image = find_image(inputs, PREFETCH_IMAGE_REPOSITORY, what="the prefetch image")
+    name = f"sealift-prefetch-{serving.deployment}"[:63].rstrip("-")
+    labels = _labels(inputs, "sealift-prefetch", name)
+    selector = {"app.kubernetes.io/name": "sealift-prefetch", "app.kubernetes.io/instance": name}
+    source = f"s3://{inputs.store.bucket}/{inputs.store.key(model.name, model.version)}"
+    env: list[Object] = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        # No instance metadata service inside an air gap: skip boto3's slow probe of it.
+        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+    ]
+    if site.weights.endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": site.weights.endpoint})
+    if site.weights.region:
+        env.append({"name": "AWS_REGION", "value": site.weights.region})
+    if site.weights.path_style:
+        env.append({"name": "SEALIFT_S3_PATH_STYLE", "value": "1"})
+    mounts: list[Object] = [
+        {"name": "models", "mountPath": "/opt/models"},
+        {"name": "trust-policy", "mountPath": TRUST_MOUNT, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[Object] = [
+        {
+            "name": "models",
+            "hostPath": {"path": site.weights.host_path, "type": "DirectoryOrCreate"},
+        },
+        {"name": "trust-policy", "configMap": {"name": TRUST_CONFIG_MAP}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+    ]
+    if site.weights.credentials_secret:
+        # The AWS credential chain reads a shared-credentials file: no key in env or args.
+        env.append(
+            {"name": "AWS_SHARED_CREDENTIALS_FILE", "value": f"{AWS_CREDENTIALS_MOUNT}/credentials"}
+        )
+        mounts.append({"name": "aws", "mountPath": AWS_CREDENTIALS_MOUNT, "readOnly": True})
+        volumes.append(
+            {
+                "name": "aws",
+                "secret": {
+                    "secretName": site.weights.credentials_secret,
+                    "items": [{"key": "credentials", "path": "credentials"}],
+                },
+            }
+        )
+    probe = {"httpGet": {"path": "/livez", "port": "metrics"}, "periodSeconds": 20}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": site.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            # The store's bandwidth is shared: a quarter of the nodes fetch a new version at once.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
+            "template": {
+                "metadata": {
+                    "labels": {**labels, **selector},
+                    "annotations": {
+                        "sealift.dev/model": model.name,
+                        "sealift.dev/model-version": model.version,
+                        "sealift.dev/weights-digest": model.digest,
+                    },
+                },
+                "spec": {
+                    "serviceAccountName": PREFETCH_SERVICE_ACCOUNT,
+                    "nodeSelector": {GPU_PRODUCT_LABEL: pool.gpu_product},
+                    "tolerations": _tolerations(pool),
+                    "priorityClassName": "system-node-critical",
+                    "containers": [
+                        {
+                            "name": "prefetch",
+                            "image": mirror_reference(inputs.mirror, image),
+                            "args": [
+                                "prefetch",
+                                f"--source={source}",
+                                "--dest=/opt/models",
+                                f"--policy={TRUST_MOUNT}/policy.yaml",
+                                f"--keep={keep}",
+                                f"--serve=:{PREFETCH_PORT}",
+                                "--label-node",
+                            ],
+                            "env": env,
+                            "ports": [{"name": "metrics", "containerPort": PREFETCH_PORT}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/readyz", "port": "metrics"},
+                                "periodSeconds": 10,
+                            },
+                            "livenessProbe": probe,
+                            "resources": {
+                                "requests": {"cpu": "500m", "memory": "256Mi"},
+                                "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                                "runAsUser": 0,
+                            },
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "volumeMounts": mounts,
+                        }
+                    ],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def vllm_args(serving: ModelServing, model: Artifact) -> list[str]:
+    """``vllm serve`` arguments from the site file; the model path pins the verified version."""
+    digest_dir = model.digest.removeprefix("sha256:")
+    args = [
+        f"{MODELS_MOUNT}/{model.name}/{digest_dir}",
+        f"--served-model-name={serving.served_model_name or model.name}",
+        f"--tensor-parallel-size={serving.tensor_parallel_size}",
+        f"--port={VLLM_PORT}",
+        f"--shutdown-timeout={VLLM_SHUTDOWN_TIMEOUT}",
+    ]
+    if serving.max_model_len is not None:
+        args.append(f"--max-model-len={serving.max_model_len}")
+    if serving.max_num_seqs is not None:
+        args.append(f"--max-num-seqs={serving.max_num_seqs}")
+    if serving.gpu_memory_utilization is not None:
+        args.append(f"--gpu-memory-utilization={serving.gpu_memory_utilization}")
+    if serving.kv_cache_dtype:
+        args.append(f"--kv-cache-dtype={serving.kv_cache_dtype}")
+    fixed = {arg.partition("=")[0] for arg in args[1:]}
+    for extra in serving.extra_args:
+        if extra.partition("=")[0] in fixed or extra.startswith("--api-key"):
+            raise InputError(
+                f"models {serving.name}: extraArgs {extra!r} repeats a flag sealift sets",
+                hint="use the site file's own key for it; the API key comes from apiKeySecret",
+            )
+        args.append(extra)
+    return args
+
+
+def serving_objects(
+    inputs: StackInputs, serving: ModelServing, vllm_image: Artifact
+) -> list[Object]:
+    """The vLLM Deployment, its Service and its PodDisruptionBudget."""
+    site = inputs.site
+    pool = site.pool(serving.pool)
+    model = model_artifact(inputs, serving.name, where=f"{site.source}: models {serving.name}")
+    name = serving.deployment
+    labels = _labels(inputs, "vllm", name)
+    selector = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    gpus = str(serving.tensor_parallel_size)
+    requests: dict[str, str] = {GPU_RESOURCE: gpus}
+    limits: dict[str, str] = {GPU_RESOURCE: gpus}
+    if serving.memory:
+        requests["memory"] = limits["memory"] = serving.memory
+    env: list[Object] = [
+        # Air gap: never try to reach a model hub or send usage statistics.
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
+        {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    if serving.api_key is not None:
+        env.append(
+            {
+                "name": "VLLM_API_KEY",
+                "valueFrom": {
+                    "secretKeyRef": {"name": serving.api_key.name, "key": serving.api_key.key}
+                },
+            }
+        )
+    health = {"path": "/health", "port": "http"}
+    startup_failures = max(math.ceil(serving.expected_load_seconds / STARTUP_PERIOD_SECONDS), 6)
+    deployment: Object = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": site.namespace, "labels": labels},
+        "spec": {
+            "replicas": serving.replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {
+                "type": "RollingUpdate",
+                # One extra replica at a time (needs one replica's GPUs spare), never below N.
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            # A rollout is stuck only when a new pod has had its whole load time and more.
+            "progressDeadlineSeconds": max(600, 2 * serving.expected_load_seconds + 300),
+            "template": {
+                "metadata": {
+                    "labels": {**labels, **selector},
+                    "annotations": {
+                        "sealift.dev/model": model.name,
+                        "sealift.dev/model-version": model.version,
+                        "sealift.dev/weights-digest": model.digest,
+                    },
+                },
+                "spec": {
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    "nodeSelector": {GPU_PRODUCT_LABEL: pool.gpu_product},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": weights_label(model.digest),
+                                                "operator": "In",
+                                                "values": [label_value(model.name)],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                    "tolerations": _tolerations(pool),
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": selector},
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "vllm",
+                            "image": mirror_reference(inputs.mirror, vllm_image),
+                            "command": ["vllm", "serve"],
+                            "args": vllm_args(serving, model),
+                            "env": env,
+                            "ports": [{"name": "http", "containerPort": VLLM_PORT}],
+                            "resources": {"requests": requests, "limits": limits},
+                            "startupProbe": {
+                                "httpGet": health,
+                                "periodSeconds": STARTUP_PERIOD_SECONDS,
+                                "failureThreshold": startup_failures,
+                            },
+                            "readinessProbe": {
+                                "httpGet": health,
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "livenessProbe": {
+                                "httpGet": health,
+                                "periodSeconds": 30,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 4,
+                            },
+                            # Let endpoints and kube-proxy drop the pod before vLLM stops listening.
+                            "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
+                            "securityContext": {"allowPrivilegeEscalation": False},
+                            "volumeMounts": [
+                                {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
+                                {"name": "shm", "mountPath": "/dev/shm"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "models",
+                            "hostPath": {"path": site.weights.host_path, "type": "Directory"},
+                        },
+                        {
+                            "name": "shm",
+                            "emptyDir": {"medium": "Memory", "sizeLimit": serving.shm_size},
+                        },
+                    ],
+                },
+            },
+        },
+    }
+    service: Object = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": site.namespace, "labels": labels},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http"}],
+        },
+    }
+    budget: Object = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": site.namespace, "labels": labels},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+    }
+    return [deployment, service, budget]
+
+
+def vllm_image_for(inputs: StackInputs, serving: ModelServing) -> Artifact:
+    """The serving image: the site's choice, else the bundle's one vLLM image."""
+    return find_image(inputs, serving.image or "vllm-openai", what=f"models {serving.name} image")
+
+
+def stack_objects(
+    inputs: StackInputs, *, keep: Mapping[str, int] | None = None
+) -> tuple[list[Object], list[Object]]:
+    """(prefetch objects, serving objects) for every model of the site file.
+
+    ``keep`` is the number of versions each model's agent keeps on a node; by default one more
+    than the site's keepVersions, so a rollout never loses the weights the old pods still read.
+    """
+    prefetch: list[Object] = [*namespace_objects(inputs), *prefetch_access_objects(inputs)]
+    serving: list[Object] = []
+    default_keep = inputs.site.weights.keep_versions + 1
+    for model in inputs.site.models:
+        versions = (keep or {}).get(model.name, default_keep)
+        prefetch.append(prefetch_daemonset(inputs, model, keep=versions))
+        serving.extend(serving_objects(inputs, model, vllm_image_for(inputs, model)))
+    return prefetch, serving

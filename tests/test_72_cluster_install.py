@@ -1,0 +1,321 @@
+"""sealift install --site against a real API server: kube-apiserver, controller-manager, scheduler.
+
+kwok fakes the GPU nodes (labels, nvidia.com/gpu capacity, taints) and makes scheduled pods
+Running and Ready; support.fake_gpu_stack plays the operator's status and the prefetch agents'
+node labels (through sealift's own labelling code, with tokens of the rendered service account).
+The mirror is Debian's docker-registry, the store is moto. Each test has its own namespace,
+GPU product and nodes, so tests share one cluster without seeing each other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from support.cluster_release import MODEL_NAME, make_cluster_release, write_site
+from support.fake_gpu_stack import FakeGpuStack, cluster_entry, write_token_kubeconfig
+from support.pki import write_key_pair
+from support.registry_server import RegistryServer
+from support.s3_server import CREDENTIALS, S3Server, moto_server_binary
+
+from sealift.cli import main
+from sealift.errors import RemoteError
+from sealift.prefetch.node_label import apply_node_labels, weights_label
+
+pytestmark = [pytest.mark.registry]
+DEPLOYMENT = MODEL_NAME.replace(".", "-")
+
+
+@pytest.fixture(autouse=True)
+def _work_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    if moto_server_binary() is None:
+        pytest.skip("moto_server not installed")
+    with S3Server() as server:
+        server.client().create_bucket(Bucket="models")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two signed bundles of the same model: 2026.12.0 and 2026.12.1 with other weights."""
+    root = tmp_path_factory.mktemp("cluster")
+    keys = write_key_pair(root, "vendor")
+    bundles = {}
+    for version, seed in (("2026.12.0", 0), ("2026.12.1", 1)):
+        release = make_cluster_release(root / version, version=version, weights_seed=seed)
+        out = root / f"bundle-{version}"
+        result = CliRunner().invoke(
+            main,
+            [
+                "bundle",
+                "create",
+                "-f",
+                str(release.bundle_file),
+                "-o",
+                str(out),
+                "-q",
+                "--sign-key",
+                str(keys.key),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        manifest = json.loads((out / "sealift-bundle.json").read_text())
+        digest = next(a["digest"] for a in manifest["artifacts"] if a["kind"] == "model")
+        bundles[version] = {"path": out, "weights": digest}
+    policy = root / "policy.yaml"
+    policy.write_text(
+        "apiVersion: sealift.dev/v1alpha1\nkind: TrustPolicy\n"
+        f"signers:\n  - {{name: vendor, key: {keys.public}}}\n"
+        "weights: {required: [vendor]}\nbundles: {required: [vendor]}\n"
+    )
+    return {"bundles": bundles, "policy": policy}
+
+
+def install(
+    kube: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    version: str,
+    site: Path,
+    *extra: str,
+) -> Result:
+    args = [
+        "install",
+        str(releases["bundles"][version]["path"]),
+        "--registry",
+        f"{registry.host}/mirror",
+        "--insecure",
+        "--weights",
+        "s3://models/llm",
+        "--s3-endpoint",
+        s3.endpoint,
+        "--policy",
+        str(releases["policy"]),
+        "--site",
+        str(site),
+        "--kubeconfig",
+        str(kube.kubeconfig),
+        "--helm",
+        str(kube.helm),
+        "--existing-tags",
+        "overwrite",
+        "-q",
+        *extra,
+    ]
+    return CliRunner().invoke(main, args, env={**CREDENTIALS, "AWS_ENDPOINT_URL": ""})
+
+
+def get(kube: Any, *args: str) -> Any:
+    return json.loads(kube.kubectl("get", *args, "-o", "json").stdout)
+
+
+def resource_versions(kube: Any, namespace: str) -> dict[str, str]:
+    """Every object sealift applies for this test, by kind/namespace/name: its resourceVersion."""
+    queries = [
+        ("deploy,ds,svc,pdb,cm,sa", ["-n", namespace]),
+        ("deploy,sa", ["-n", "gpu-operator"]),
+        ("clusterrole,clusterrolebinding,validatingadmissionpolicy", []),
+        ("clusterpolicy", []),
+        ("crd", []),
+    ]
+    found = {}
+    for kinds, scope in queries:
+        for item in get(kube, kinds, *scope)["items"]:
+            meta = item["metadata"]
+            cluster_wide = not scope and kinds != "clusterpolicy"
+            if cluster_wide and not any(s in meta["name"] for s in ("sealift", "nvidia.com")):
+                continue
+            key = f"{item['kind']}/{meta.get('namespace', '')}/{meta['name']}"
+            found[key] = meta["resourceVersion"]
+    return found
+
+
+def nodes_labels(kube: Any, product: str) -> dict[str, dict[str, str]]:
+    nodes = get(kube, "nodes", "-l", f"nvidia.com/gpu.product={product}")["items"]
+    return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in nodes}
+
+
+def test_install_brings_up_the_stack_and_a_rerun_changes_nothing(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T1"
+    kube_cluster.add_cpu_node("t1-cpu")
+    for n in (1, 2):
+        kube_cluster.add_gpu_node(f"t1-gpu-{n}", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace="t1", product=product, replicas=2)
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t1") as fake:
+        result = install(kube_cluster, registry, s3, releases, "2026.12.0", site, "--json")
+        assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
+        report = json.loads(result.stdout)
+        assert report["cluster"]["objectsChanged"] > 10
+        deployment = get(kube_cluster, "deploy", DEPLOYMENT, "-n", "t1")
+        assert deployment["status"]["readyReplicas"] == 2
+        label = weights_label(releases["bundles"]["2026.12.0"]["weights"])
+        for name, labels in nodes_labels(kube_cluster, product).items():
+            assert labels.get(label) == MODEL_NAME, name
+        before = resource_versions(kube_cluster, "t1")
+        again = install(kube_cluster, registry, s3, releases, "2026.12.0", site, "--json")
+        assert again.exit_code == 0, again.output
+        assert json.loads(again.stdout)["cluster"]["objectsChanged"] == 0
+        assert resource_versions(kube_cluster, "t1") == before
+    audit = [json.loads(line) for line in Path("sealift-audit.jsonl").read_text().splitlines()]
+    assert any(r["action"] == "cluster-done" for r in audit)
+
+
+def test_upgrade_prefetches_beside_the_old_weights_then_rolls_then_drops_them(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T2"
+    kube_cluster.add_cpu_node("t2-cpu")
+    for n in (1, 2):
+        kube_cluster.add_gpu_node(f"t2-gpu-{n}", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace="t2", product=product, replicas=2)
+    old = weights_label(releases["bundles"]["2026.12.0"]["weights"])
+    new = weights_label(releases["bundles"]["2026.12.1"]["weights"])
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t2") as fake:
+        first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
+        assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
+        result = install(kube_cluster, registry, s3, releases, "2026.12.1", site, "--json")
+        assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
+        assert json.loads(result.stdout)["cluster"]["upgraded"] == [MODEL_NAME]
+        # While the rollout ran, both versions were on every node (keep 2), then only the new.
+        assert all(len(models[MODEL_NAME]) == 1 for models in fake.disk.values())
+    deployment = get(kube_cluster, "deploy", DEPLOYMENT, "-n", "t2")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["sealift.dev/weights-digest"] == releases["bundles"]["2026.12.1"]["weights"]
+    assert deployment["status"]["updatedReplicas"] == deployment["status"]["replicas"] == 2
+    args = get(kube_cluster, "ds", "-n", "t2")["items"][0]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--keep=1" in args
+    for labels in nodes_labels(kube_cluster, product).values():
+        assert new in labels and old not in labels
+
+
+def test_a_rollout_without_gpus_to_spare_stalls_with_the_scheduler_reason(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T3"
+    kube_cluster.add_cpu_node("t3-cpu")
+    kube_cluster.add_gpu_node("t3-gpu-1", product=product, gpus=8)
+    # Two replicas of 8 GPUs on one 8-GPU node: the second can never be scheduled.
+    site = write_site(
+        tmp_path / "site.yaml", namespace="t3", product=product, tp=8, replicas=2, timeout="20s"
+    )
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t3"):
+        result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
+    assert result.exit_code == 6, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: vLLM Deployment t3/{DEPLOYMENT} not ready after 2")
+    assert "Insufficient nvidia.com/gpu" in line
+    assert "2 replicas of 8 GPUs do not fit in the pool's free GPUs" in line
+    assert "preemption:" not in line
+    assert "(hint: kubectl -n t3 describe deployment" in line
+
+
+def test_an_upgrade_without_a_spare_gpu_for_max_surge_says_so(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T5"
+    kube_cluster.add_cpu_node("t5-cpu")
+    kube_cluster.add_gpu_node("t5-gpu-1", product=product, gpus=8)
+    site = write_site(
+        tmp_path / "site.yaml", namespace="t5", product=product, tp=8, replicas=1, timeout="20s"
+    )
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t5") as fake:
+        first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
+        assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
+        result = install(kube_cluster, registry, s3, releases, "2026.12.1", site)
+    assert result.exit_code == 6, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "1/1 new pods, 1 old, 1 ready" in line
+    assert "maxSurge 1 needs 8 free GPUs on a NVIDIA-H100-T5 node" in line
+    # The old replica still serves, on the old weights, which are still on the node.
+    deployment = get(kube_cluster, "deploy", DEPLOYMENT, "-n", "t5")
+    assert deployment["status"]["readyReplicas"] == 1
+    old = weights_label(releases["bundles"]["2026.12.0"]["weights"])
+    assert old in nodes_labels(kube_cluster, product)["t5-gpu-1"]
+
+
+def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T4"
+    kube_cluster.add_cpu_node("t4-cpu")
+    for n in (1, 2):
+        kube_cluster.add_gpu_node(f"t4-gpu-{n}", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace="t4", product=product, replicas=1)
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t4"):
+        assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
+    pod = next(
+        p
+        for p in get(
+            kube_cluster, "pods", "-n", "t4", "-l", "app.kubernetes.io/name=sealift-prefetch"
+        )["items"]
+        if p["spec"]["nodeName"] == "t4-gpu-1"
+    )
+    token = kube_cluster.kubectl(
+        "create",
+        "token",
+        "sealift-prefetch",
+        "-n",
+        "t4",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        pod["metadata"]["name"],
+        "--bound-object-uid",
+        pod["metadata"]["uid"],
+    ).stdout.strip()
+    config = write_token_kubeconfig(
+        tmp_path / "agent.yaml", cluster_entry(kube_cluster.kubeconfig), token
+    )
+    digest = releases["bundles"]["2026.12.0"]["weights"]
+    # Its own node: allowed.
+    assert apply_node_labels("t4-gpu-1", MODEL_NAME, [digest], kubeconfig=config)
+    # Another node: refused by the admission policy.
+    with pytest.raises(RemoteError, match="label only the node it runs on"):
+        apply_node_labels("t4-gpu-2", MODEL_NAME, [digest], kubeconfig=config)
+    # Any other label, or a taint, on its own node: refused.
+    agent = ["--kubeconfig", str(config)]
+    denied = kube_cluster.kubectl(
+        "label", "node", "t4-gpu-1", "evil=1", *agent, check=False, admin=False
+    )
+    assert denied.returncode != 0 and "may change only weights.sealift.dev/" in denied.stderr
+    tainted = kube_cluster.kubectl(
+        "taint", "node", "t4-gpu-1", "x=y:NoSchedule", *agent, check=False, admin=False
+    )
+    assert tainted.returncode != 0
+    # And nothing else: no pods, no secrets.
+    for verb in (["get", "pods", "-A"], ["get", "secrets", "-n", "t4"]):
+        assert kube_cluster.kubectl(*verb, *agent, check=False, admin=False).returncode != 0
