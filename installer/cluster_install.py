@@ -286,6 +286,7 @@ def install_cluster(
             hint=f"kubectl -n {site.operator_namespace} get pods; the operator's logs say why",
         )
     )
+    applied += _label_mig_layouts(cluster, site, progress)
     applied += _apply_and_wait_prefetch(cluster, plan, progress, timeouts, waits)
     progress.note(f"applying {len(plan.serving)} serving objects")
     applied += cluster.apply_all(list(plan.serving))
@@ -313,6 +314,26 @@ def install_cluster(
         final = plan_for(final_keep)
         applied += _apply_and_wait_prefetch(cluster, final, progress, timeouts, waits)
     return ClusterResult(tuple(applied), tuple(waits), upgraded)
+
+
+def _label_mig_layouts(cluster: KubeCluster, site: Site, progress: Progress) -> list[Applied]:
+    """Ask the operator's MIG manager for each pool's layout: the nvidia.com/mig.config label."""
+    from lightkube.resources.core_v1 import Node
+
+    applied = []
+    for pool in site.pools:
+        if not pool.mig_config:
+            continue
+        for node in cluster.list(Node, labels={stack_render.GPU_PRODUCT_LABEL: pool.gpu_product}):
+            labels = {"nvidia.com/mig.config": pool.mig_config}
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node.metadata.name, "labels": labels},
+            }
+            applied.append(cluster.apply(body))
+        progress.note(f"pool {pool.name}: MIG layout {pool.mig_config} requested")
+    return applied
 
 
 def _apply_and_wait_prefetch(

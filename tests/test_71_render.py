@@ -397,3 +397,72 @@ def test_install_with_a_site_needs_a_policy_file(signed: dict[str, Path], tmp_pa
     )
     assert result.exit_code == 2
     assert "--site needs --policy FILE" in result.stderr
+
+
+def _install_args(
+    signed: dict[str, Path], site: Path, kubeconfig: Path, tmp_path: Path
+) -> list[str]:
+    # The registry and store do not exist: the cluster checks must fail before they are tried.
+    return [
+        "install",
+        str(signed["bundle"]),
+        "--registry",
+        "127.0.0.1:9/llm",
+        "--insecure",
+        "--weights",
+        "s3://m/llm",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        "--policy",
+        str(signed["policy"]),
+        "--site",
+        str(site),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--helm",
+        str(HELM),
+        "--audit-log",
+        str(tmp_path / "audit.jsonl"),
+    ]
+
+
+def test_an_unusable_kubeconfig_fails_before_anything_moves(
+    signed: dict[str, Path], tmp_path: Path
+) -> None:
+    site = write_site(tmp_path / "site.yaml")
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    result = CliRunner().invoke(main, _install_args(signed, site, broken, tmp_path))
+    assert result.exit_code == 2, result.output
+    assert f"kubeconfig {broken} cannot be used" in result.stderr
+
+
+def test_an_unreachable_api_server_fails_before_anything_moves(
+    signed: dict[str, Path], tmp_path: Path
+) -> None:
+    site = write_site(tmp_path / "site.yaml")
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": "https://127.0.0.1:9",
+                            "insecure-skip-tls-verify": True,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "not-a-secret-that-matters"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    result = CliRunner().invoke(main, _install_args(signed, site, config, tmp_path))
+    assert result.exit_code == 4, result.output
+    assert "GET /version: cannot reach the Kubernetes API" in result.stderr
+    assert "not-a-secret-that-matters" not in result.output

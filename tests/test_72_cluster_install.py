@@ -275,6 +275,12 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
     for n in (1, 2):
         kube_cluster.add_gpu_node(f"t4-gpu-{n}", product=product, gpus=8)
     site = write_site(tmp_path / "site.yaml", namespace="t4", product=product, replicas=1)
+    # The pool also asks for a MIG layout: install labels its nodes for the MIG manager.
+    text = site.read_text().replace(
+        "driver: {strategy: precompiled}",
+        "driver: {strategy: precompiled}\n  mig: {strategy: single}",
+    )
+    site.write_text(text.replace("gpusPerNode: 8", "gpusPerNode: 8\n    migConfig: all-3g.40gb"))
     with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t4"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
     pod = next(
@@ -319,3 +325,90 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
     # And nothing else: no pods, no secrets.
     for verb in (["get", "pods", "-A"], ["get", "secrets", "-n", "t4"]):
         assert kube_cluster.kubectl(*verb, *agent, check=False, admin=False).returncode != 0
+
+
+def test_the_prefetch_command_labels_its_node_through_the_agent_identity(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """The real agent, run by hand as the DaemonSet runs it: weights from the store, a label."""
+    product = "NVIDIA-H100-T6"
+    kube_cluster.add_cpu_node("t6-cpu")
+    kube_cluster.add_gpu_node("t6-gpu-1", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace="t6", product=product, replicas=1)
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t6"):
+        assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
+    # Forget what the fake agent did, then let the real one do it.
+    node = get(kube_cluster, "node", "t6-gpu-1")["metadata"]["labels"]
+    for key in [k for k in node if k.startswith("weights.sealift.dev/")]:
+        kube_cluster.kubectl("label", "node", "t6-gpu-1", f"{key}-")
+    pod = get(kube_cluster, "pods", "-n", "t6", "-l", "app.kubernetes.io/name=sealift-prefetch")[
+        "items"
+    ][0]
+    token = kube_cluster.kubectl(
+        "create",
+        "token",
+        "sealift-prefetch",
+        "-n",
+        "t6",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        pod["metadata"]["name"],
+        "--bound-object-uid",
+        pod["metadata"]["uid"],
+    ).stdout.strip()
+    config = write_token_kubeconfig(
+        tmp_path / "agent.yaml", cluster_entry(kube_cluster.kubeconfig), token
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "prefetch",
+            "--source",
+            f"s3://models/llm/{MODEL_NAME}/2026.12.0",
+            "--dest",
+            str(tmp_path / "nvme"),
+            "--policy",
+            str(releases["policy"]),
+            "--s3-endpoint",
+            s3.endpoint,
+            "--label-node",
+            "--json",
+            "-q",
+        ],
+        env={**CREDENTIALS, "NODE_NAME": "t6-gpu-1", "KUBECONFIG": str(config)},
+    )
+    assert result.exit_code == 0, result.output
+    labels = json.loads(result.stdout)["nodeLabels"]
+    digest = releases["bundles"]["2026.12.0"]["weights"]
+    assert labels == {weights_label(digest): MODEL_NAME}
+    assert (
+        get(kube_cluster, "node", "t6-gpu-1")["metadata"]["labels"][weights_label(digest)]
+        == MODEL_NAME
+    )
+
+
+def test_label_node_without_node_name_fails_before_any_download(
+    releases: dict[str, Any], tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "prefetch",
+            "--source",
+            "s3://models/llm/x/1",
+            "--dest",
+            str(tmp_path / "nvme"),
+            "--policy",
+            str(releases["policy"]),
+            "--label-node",
+        ],
+        env={"NODE_NAME": ""},
+    )
+    assert result.exit_code == 2
+    assert "--label-node needs the node's name in NODE_NAME" in result.stderr
+    assert not (tmp_path / "nvme").exists()
