@@ -283,6 +283,11 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
     site.write_text(text.replace("gpusPerNode: 8", "gpusPerNode: 8\n    migConfig: all-3g.40gb"))
     with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t4"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
+    mig = {
+        name: labels.get("nvidia.com/mig.config")
+        for name, labels in nodes_labels(kube_cluster, product).items()
+    }
+    assert mig == {"t4-gpu-1": "all-3g.40gb", "t4-gpu-2": "all-3g.40gb"}
     pod = next(
         p
         for p in get(
