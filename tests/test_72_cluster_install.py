@@ -10,6 +10,7 @@ GPU product and nodes, so tests share one cluster without seeing each other.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -417,3 +418,40 @@ def test_label_node_without_node_name_fails_before_any_download(
     assert result.exit_code == 2
     assert "--label-node needs the node's name in NODE_NAME" in result.stderr
     assert not (tmp_path / "nvme").exists()
+
+
+def test_a_mirror_tag_moved_after_install_is_refused_before_anything_is_applied(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T7"
+    kube_cluster.add_cpu_node("t7-cpu")
+    kube_cluster.add_gpu_node("t7-gpu-1", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace="t7", product=product, replicas=1)
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t7"):
+        assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
+    # Someone with write access to the mirror points the operator's tag at another image.
+    base = f"docker://{registry.host}/mirror/nvidia"
+    subprocess.run(
+        [
+            "/usr/bin/skopeo",
+            "copy",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            f"{base}/cloud-native/gpu-operator-validator:v26.7.0",
+            f"{base}/gpu-operator:v26.7.0",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    before = resource_versions(kube_cluster, "t7")
+    args = ["--existing-tags", "skip"]
+    result = install(kube_cluster, registry, s3, releases, "2026.12.0", site, *args)
+    assert result.exit_code == 3, result.output
+    assert f"mirror tag {registry.host}/mirror/nvidia/gpu-operator:v26.7.0 names sha256:" in (
+        result.stderr
+    )
+    assert resource_versions(kube_cluster, "t7") == before
