@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -35,6 +37,7 @@ from sealift.bundles.package_scan import (
     LayerScanError,
     merge_image_packages,
 )
+from sealift.bundles.prefetch_image import build_prefetch_image
 from sealift.bundles.sbom import (
     SbomBundle,
     SbomChart,
@@ -138,7 +141,11 @@ def _chart_warnings(chart: ChartPackage, image_names: set[str]) -> list[str]:
 
 
 def _plan(
-    spec: BundleSpec, options: CreateOptions, progress: Progress, opened: list[BlobSource]
+    spec: BundleSpec,
+    options: CreateOptions,
+    progress: Progress,
+    opened: list[BlobSource],
+    scratch: ExitStack,
 ) -> _Plan:
     plan = _Plan()
     client_for = _client_factory(options, progress)
@@ -183,6 +190,22 @@ def _plan(
                 open=lambda p=extra.path: p.open("rb"),  # type: ignore[misc]
                 data_name=layout.file_data_name(extra.name),
                 source_path=extra.path,
+            )
+        )
+    if spec.prefetch_image is not None:
+        # Built last, once every other input has been checked: it takes a few seconds. Its
+        # layer waits in a temporary folder until the copy; the base's layers are shared.
+        base = next(i for i in plan.images if i.spec.name == spec.prefetch_image.base)
+        work = scratch.enter_context(
+            tempfile.TemporaryDirectory(prefix="sealift-prefetch-", dir=options.tmpdir)
+        )
+        plan.images.append(
+            build_prefetch_image(
+                spec.prefetch_image,
+                base,
+                bundle_file=spec.source,
+                work=Path(work),
+                progress=progress,
             )
         )
     # Registry blobs last: local files go first, so a resumed run finds them done early and
@@ -363,8 +386,9 @@ def create_bundle(spec: BundleSpec, options: CreateOptions, progress: Progress) 
     """Build the bundle described by ``spec``; nothing looks complete unless all of it is."""
     opened: list[BlobSource] = []
     writer: BundleWriter | None = None
+    scratch = ExitStack()
     try:
-        plan = _plan(spec, options, progress, opened)
+        plan = _plan(spec, options, progress, opened, scratch)
         for warning in plan.warnings:
             progress.note(warning, level="warning")
         if options.as_tar:
@@ -392,6 +416,7 @@ def create_bundle(spec: BundleSpec, options: CreateOptions, progress: Progress) 
     finally:
         for source in opened:
             source.close()
+        scratch.close()
     return CreateResult(
         manifest=manifest,
         paths=tuple(paths),

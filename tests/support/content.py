@@ -715,3 +715,53 @@ def package_chart_tgz(chart_dir: Path | str, out_path: Path | str) -> Path:
     out = Path(out_path)
     out.write_bytes(gzip_bytes(buf.getvalue()))
     return out
+
+
+# --------------------------------------------------------------------------- base images
+
+
+def write_python_base_image(
+    path: Path | str,
+    *,
+    ref_name: str,
+    python_version: str = "3.11.2",
+    platform: Platform = ("linux", "amd64"),
+    env: Sequence[str] = (),
+) -> str:
+    """Write an OCI layout holding a small stand-in for a base image with Python.
+
+    One layer with a dpkg status (python3.11, libc6) and an interpreter marker; the config
+    says ``PYTHON_VERSION`` as the official Python images do, plus ``env``. Returns the
+    manifest digest. Nothing in it runs: tests run the host's interpreter on its files.
+    """
+    layout = Path(path)
+    layout.mkdir(parents=True, exist_ok=True)
+    store = _BlobStore(layout)
+    arch = platform[1]
+    minor = ".".join(python_version.split(".")[:2])
+    files = {
+        "var/lib/dpkg/status": dpkg_status(
+            [("libc6", "2.36-9", arch), (f"python{minor}", python_version, arch)]
+        ),
+        f"usr/local/bin/python{minor}": b"stand-in\n",
+    }
+    raw = tar_bytes(files)
+    layer = store.put(gzip_bytes(raw), MT_OCI_LAYER_GZIP)
+    config = _image_config(platform, [sha256_digest(raw)])
+    runtime = config["config"]
+    assert isinstance(runtime, dict)
+    runtime["Env"] = [*runtime["Env"], f"PYTHON_VERSION={python_version}", *env]
+    runtime["Cmd"] = ["python3"]
+    config_desc = store.put(canonical_json(config), MT_OCI_CONFIG)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MT_OCI_MANIFEST,
+        "config": config_desc,
+        "layers": [layer],
+    }
+    top = {**store.put(canonical_json(manifest), MT_OCI_MANIFEST)}
+    top["annotations"] = {REF_NAME_ANNOTATION: ref_name}
+    (layout / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
+    index = {"schemaVersion": 2, "mediaType": MT_OCI_INDEX, "manifests": [top]}
+    (layout / "index.json").write_bytes(canonical_json(index))
+    return str(top["digest"])
