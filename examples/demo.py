@@ -8,7 +8,11 @@ model and a CA file), then runs what each party would run:
 * the customer's security team verifies it offline and re-signs the weights with its own key;
 * the platform team verifies everything under the trust policy and installs it into the
   registry mirror and the weight store;
-* a GPU node prefetches the weights to its local disk, verified against the policy.
+* a GPU node prefetches the weights to its local disk, verified against the policy;
+* the platform team renders the cluster objects for GitOps, then brings the stack up in a real
+  Kubernetes control plane (kube-apiserver, controller-manager, scheduler) whose GPU nodes kwok
+  fakes, and install waits until vLLM is rolled out. The operator's status and the agents' node
+  labels are played by tests/support/fake_gpu_stack.py, since no container runs under kwok.
 
 Everything stays on this machine under ./demo-out.
 """
@@ -24,7 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.pki import write_key_pair  # noqa: E402 - after the path set-up
+from support.fake_gpu_stack import FakeGpuStack  # noqa: E402 - after the path set-up
+from support.k8s_cluster import KubeCluster, missing_k8s_tools  # noqa: E402
+from support.pki import write_key_pair  # noqa: E402
 from support.registry_server import RegistryServer  # noqa: E402
 from support.release import make_release  # noqa: E402
 from support.s3_server import CREDENTIALS, S3Server  # noqa: E402
@@ -82,7 +88,54 @@ def main() -> None:
              "prefetch", "--source", "s3://models/llm/llama-3.3-70b-instruct/1",
              "--dest", str(OUT / "nvme"), "--s3-endpoint", s3.endpoint,
              "--policy", str(policy))  # fmt: skip
-    print(f"\ndemo finished: bundles, audit log and the node's model store are in {OUT}")
+        cluster_side(bundle, registry, s3, policy)
+    print(f"\ndemo finished: bundles, audit log, manifests and the node's store are in {OUT}")
+
+
+SITE = """\
+apiVersion: sealift.dev/v1alpha1
+kind: Site
+metadata: {name: demo}
+namespace: llm
+gpuOperator:
+  driver: {strategy: host}          # the demo chart names no driver image
+nodePools:
+  - {name: h100, gpuProduct: NVIDIA-H100-SXM5-80GB, gpusPerNode: 8}
+weights: {credentialsSecret: sealift-weights-reader, endpoint: ENDPOINT, pathStyle: true}
+models:
+  - name: llama-3.3-70b-instruct
+    pool: h100
+    tensorParallelSize: 4
+    replicas: 2
+    expectedLoadTime: 5m
+timeouts: {operator: 2m, prefetch: 2m, rollout: 2m}
+"""
+
+
+def cluster_side(bundle: str, registry: RegistryServer, s3: S3Server, policy: Path) -> None:
+    """Render for GitOps, then install into a local control plane with fake GPU nodes."""
+    missing = missing_k8s_tools()
+    if missing:
+        print(f"\n(skipping the cluster side: {', '.join(missing)} not built; run make k8s-tools)")
+        return
+    site = OUT / "site.yaml"
+    site.write_text(SITE.replace("ENDPOINT", s3.endpoint))
+    with KubeCluster(OUT / "cluster") as kube:
+        mirror = f"{registry.host}/mirror"
+        place = ["--registry", mirror, "--weights", "s3://models/llm", "--policy", str(policy),
+                 "--site", str(site), "--helm", str(kube.helm)]  # fmt: skip
+        step("platform team: the cluster objects, checked, for GitOps",
+             "render", bundle, *place, "-o", str(OUT / "manifests"))  # fmt: skip
+        kube.add_cpu_node("cpu-1")
+        kube.add_gpu_node("gpu-1")
+        kube.add_gpu_node("gpu-2")
+        audit = str(OUT / "audit.jsonl")
+        with FakeGpuStack(kube.kubectl, kube.kubeconfig, "llm"):
+            step("platform team: GPU Operator, prefetch on every GPU node, then vLLM",
+                 "install", bundle, "--insecure", "--s3-endpoint", s3.endpoint, *place,
+                 "--kubeconfig", str(kube.kubeconfig), "--audit-log", audit)  # fmt: skip
+        print(kube.kubectl("get", "deploy,ds,pods", "-n", "llm", "-o", "wide").stdout)
+        print(kube.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product").stdout)
 
 
 if __name__ == "__main__":

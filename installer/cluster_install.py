@@ -229,11 +229,16 @@ class ClusterResult:
         return sum(1 for item in self.applied if item.changed)
 
 
-def steady_models(cluster: KubeCluster, plan: ClusterPlan) -> set[str]:
-    """Models whose Deployment already serves the planned weights, fully rolled out."""
+def models_to_protect(cluster: KubeCluster, plan: ClusterPlan) -> set[str]:
+    """Models whose running Deployment still needs its current weights during this install.
+
+    That is a Deployment that serves other weights than planned, or that is not fully rolled
+    out: its pods may read the old version until the rollout is over. A fresh model has nothing
+    to protect, and a model already serving these weights neither.
+    """
     from lightkube.resources.apps_v1 import Deployment
 
-    steady: set[str] = set()
+    protect: set[str] = set()
     site = plan.inputs.site
     for serving in site.models:
         model = stack_render.model_artifact(plan.inputs, serving.name, where=site.source)
@@ -241,11 +246,10 @@ def steady_models(cluster: KubeCluster, plan: ClusterPlan) -> set[str]:
         if deployment is None:
             continue
         annotations = deployment.spec.template.metadata.annotations or {}
-        if annotations.get("sealift.dev/weights-digest") != model.digest:
-            continue
-        if deployment_check(cluster, site.namespace, serving.deployment)() is None:
-            steady.add(serving.name)
-    return steady
+        serves_planned = annotations.get("sealift.dev/weights-digest") == model.digest
+        if not serves_planned or deployment_check(cluster, site.namespace, serving.deployment)():
+            protect.add(serving.name)
+    return protect
 
 
 def install_cluster(
@@ -260,9 +264,9 @@ def install_cluster(
 
     first: ClusterPlan = plan_for(None)
     site = first.inputs.site
-    steady = steady_models(cluster, first)
+    protect = models_to_protect(cluster, first)
     during = {
-        m.name: site.weights.keep_versions + (0 if m.name in steady else 1) for m in site.models
+        m.name: site.weights.keep_versions + (1 if m.name in protect else 0) for m in site.models
     }
     plan: ClusterPlan = plan_for(during)
     applied: list[Applied] = []
@@ -307,7 +311,7 @@ def install_cluster(
                 hint=f"kubectl -n {site.namespace} describe deployment {serving.deployment}",
             )
         )
-    upgraded = tuple(m.name for m in site.models if m.name not in steady)
+    upgraded = tuple(m.name for m in site.models if m.name in protect)
     final_keep = {m.name: site.weights.keep_versions for m in site.models}
     if final_keep != during:
         # The rollout is complete: the old weights can go now, node by node.

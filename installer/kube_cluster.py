@@ -36,6 +36,20 @@ def object_label(obj: dict[str, Any]) -> str:
     return f"{obj.get('kind', '?')} {namespace}{meta.get('name', '?')}"
 
 
+def _content(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object without what the server rewrites on every write (its version, field owners).
+
+    Some kinds (ValidatingAdmissionPolicy) get a new resourceVersion even from an identical
+    apply, so "changed" compares content, not versions.
+    """
+    meta = {
+        k: v
+        for k, v in (obj.get("metadata") or {}).items()
+        if k not in ("resourceVersion", "managedFields")
+    }
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
 def translate(what: str, problem: Exception) -> RemoteError:
     """An API or connection failure as the one-line error the CLI prints."""
     from lightkube.core.exceptions import ApiError
@@ -128,18 +142,18 @@ class KubeCluster:
         what = f"apply {object_label(obj)}"
         resource = self._call(what, lambda: self._resource(obj))
         meta = obj.get("metadata") or {}
-        before: str | None = None
+        before: dict[str, Any] | None = None
         try:
             current = self._client.get(
                 type(resource), meta["name"], namespace=meta.get("namespace")
             )
-            before = current.metadata.resourceVersion
+            before = _content(current.to_dict())
         except ApiError as problem:
             if problem.status.code != 404:
                 raise translate(what, problem) from problem
         result = self._call(what, lambda: self._client.apply(resource, force=True))
-        after = result.metadata.resourceVersion if result.metadata else None
-        return Applied(obj["kind"], meta.get("namespace", ""), meta["name"], before != after)
+        changed = before is None or _content(result.to_dict()) != before
+        return Applied(obj["kind"], meta.get("namespace", ""), meta["name"], changed)
 
     def apply_all(self, objects: list[dict[str, Any]]) -> list[Applied]:
         """Apply in order: namespaces and CRDs first, so what follows can use them."""

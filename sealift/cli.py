@@ -674,10 +674,11 @@ def install_command(
             f" {store.present} already there, for {store.models} model(s)"
         )
     if applied is not None:
+        upgraded = f"; upgraded {', '.join(applied.upgraded)}" if applied.upgraded else ""
         click.echo(
-            f"cluster: {len(applied.applied)} objects applied, {applied.changed} changed;"
-            + "".join(f" {w.what} in {w.seconds:.0f}s;" for w in applied.waits[-1:])
-            + " serving"
+            f"cluster: {len(applied.applied)} objects applied, {applied.changed} changed"
+            f"{upgraded}; {len(applied.waits)} waits, {sum(w.seconds for w in applied.waits):.0f}s;"
+            " vLLM serving"
         )
     click.echo(
         f"installed {result.name} {result.version} (bundle manifest {result.manifest_digest});"

@@ -137,7 +137,10 @@ def resource_versions(kube: Any, namespace: str) -> dict[str, str]:
             if cluster_wide and not any(s in meta["name"] for s in ("sealift", "nvidia.com")):
                 continue
             key = f"{item['kind']}/{meta.get('namespace', '')}/{meta['name']}"
-            found[key] = meta["resourceVersion"]
+            # kube-apiserver 1.37 writes a ValidatingAdmissionPolicy (a new resourceVersion, the
+            # same content and generation) on every apply, even an identical one.
+            volatile = item["kind"] == "ValidatingAdmissionPolicy"
+            found[key] = str(meta.get("generation")) if volatile else meta["resourceVersion"]
     return found
 
 
