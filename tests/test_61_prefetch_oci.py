@@ -93,7 +93,13 @@ def test_a_killed_registry_prefetch_resumes_by_range(
              "--insecure", "--dest", str(dest), "--trust", str(source["pub"]), "-q", "-j", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
         )  # fmt: skip
-        time.sleep(2.5)
+        # Kill it once it has staged some bytes (start-up time varies with the machine's load).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            p.stat().st_size > 0 for p in (dest / ".staging").rglob("*.safetensors")
+        ):
+            time.sleep(0.1)
+        time.sleep(0.3)
         process.send_signal(signal.SIGKILL)
         process.wait()
     assert not (dest / "m").exists() or same_files(dest / "m" / "current", source["model"])
