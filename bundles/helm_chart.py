@@ -132,6 +132,12 @@ def _read_members(archive_bytes: bytes, source: Path) -> dict[str, bytes]:
                         f"chart {source} has more than one top folder ({top}, {parts[0]})",
                         hint="package one chart per .tgz (helm package)",
                     )
+                # A vendored subchart's Chart.yaml: its appVersion is its images' default tag.
+                subchart = len(parts) == 4 and parts[1] == "charts" and parts[3] == "Chart.yaml"
+                if subchart and member.isreg() and member.size <= MAX_MEMBER_BYTES:
+                    extracted = archive.extractfile(member)
+                    assert extracted is not None
+                    wanted[f"charts/{parts[2]}/Chart.yaml"] = extracted.read()
                 if len(parts) == 2 and parts[1] in ("Chart.yaml", "values.yaml") and member.isreg():
                     if member.size > MAX_MEMBER_BYTES:
                         raise InputError(f"chart {source}: {member.name} is too large")
@@ -236,6 +242,28 @@ def chart_values(archive: bytes, source: Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise InputError(f"chart {source}: values.yaml is not a mapping", hint="fix the chart")
     return values
+
+
+def chart_app_versions(archive: bytes, source: Path) -> dict[str, str]:
+    """appVersion of the chart ("") and of each vendored subchart (by name).
+
+    Charts leave image tags out of their values and default them to appVersion in templates;
+    whoever rewrites image values needs that default to name the exact image.
+    """
+    versions: dict[str, str] = {}
+    for name, content in _read_members(archive, source).items():
+        if not name.endswith("Chart.yaml"):
+            continue
+        try:
+            meta = yaml.safe_load(content) or {}
+        except yaml.YAMLError as bad:
+            raise InputError(
+                f"chart {source}: {name} is not valid YAML", hint="fix the chart"
+            ) from bad
+        if isinstance(meta, dict) and meta.get("appVersion") is not None:
+            key = "" if name == "Chart.yaml" else name.split("/")[1]
+            versions[key] = str(meta["appVersion"])
+    return versions
 
 
 def describe_chart(archive: bytes, source: Path) -> ChartPackage:

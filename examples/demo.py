@@ -130,11 +130,12 @@ def cluster_side(bundle: str, registry: RegistryServer, s3: S3Server, policy: Pa
         kube.add_gpu_node("gpu-1")
         kube.add_gpu_node("gpu-2")
         audit = str(OUT / "audit.jsonl")
-        with FakeGpuStack(kube.kubectl, kube.kubeconfig, "llm"):
+        with FakeGpuStack(kube.kubectl, kube.kubeconfig, "sealift-prefetch"):
             step("platform team: GPU Operator, prefetch on every GPU node, then vLLM",
                  "install", bundle, "--insecure", "--s3-endpoint", s3.endpoint, *place,
                  "--kubeconfig", str(kube.kubeconfig), "--audit-log", audit)  # fmt: skip
-        print(kube.kubectl("get", "deploy,ds,pods", "-n", "llm", "-o", "wide").stdout)
+        print(kube.kubectl("get", "deploy,pods", "-n", "llm", "-o", "wide").stdout)
+        print(kube.kubectl("get", "ds,pods", "-n", "sealift-prefetch", "-o", "wide").stdout)
         print(kube.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product").stdout)
 
 

@@ -10,7 +10,9 @@ land beside the old ones, vLLM rolls, and only then does each node drop the old 
 
 from __future__ import annotations
 
+import datetime
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +24,10 @@ from sealift import media_types
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest
-from sealift.bundles.helm_chart import chart_values
+from sealift.bundles.helm_chart import chart_app_versions, chart_values
 from sealift.descriptors import load_json
 from sealift.durable_files import write_atomically
-from sealift.errors import InputError, IntegrityError
+from sealift.errors import InputError, IntegrityError, RemoteError
 from sealift.hashing import sha256_bytes
 from sealift.installer import gpu_operator, stack_render
 from sealift.installer.image_policy import check_images
@@ -37,10 +39,12 @@ from sealift.installer.rollout_wait import (
     WaitResult,
     daemonset_check,
     deployment_check,
+    mig_check,
     operator_check,
+    rolled_out,
     wait_until,
 )
-from sealift.installer.site_file import Site
+from sealift.installer.site_file import GPU_PRODUCT_LABEL, MIG_CONFIG_LABEL, Site
 from sealift.prefetch.node_label import weights_label
 from sealift.progress import Progress
 
@@ -126,9 +130,14 @@ def plan_cluster(
     )
     with tempfile.TemporaryDirectory(prefix="sealift-chart-") as work:
         archive = _chart_archive(source, manifest, site.operator_chart, Path(work))
-        values = chart_values(archive.read_bytes(), archive)
+        content = archive.read_bytes()
         overrides, matched = gpu_operator.operator_values(
-            values, site, images, mirror, chart=site.operator_chart
+            chart_values(content, archive),
+            chart_app_versions(content, archive),
+            site,
+            images,
+            mirror,
+            chart=site.operator_chart,
         )
         operator = gpu_operator.helm_template(
             helm,
@@ -139,6 +148,7 @@ def plan_cluster(
             kube_version=kube_version,
         )
     operator = [_with_namespace(obj, site.operator_namespace) for obj in operator]
+    gpu_operator.pin_workload_images(operator, matched)
     namespace = {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -247,7 +257,7 @@ def models_to_protect(cluster: KubeCluster, plan: ClusterPlan) -> set[str]:
             continue
         annotations = deployment.spec.template.metadata.annotations or {}
         serves_planned = annotations.get("sealift.dev/weights-digest") == model.digest
-        if not serves_planned or deployment_check(cluster, site.namespace, serving.deployment)():
+        if not serves_planned or not rolled_out(deployment):
             protect.add(serving.name)
     return protect
 
@@ -262,6 +272,7 @@ def install_cluster(
     """Apply and wait, phase by phase. ``plan_for(keep)`` makes the plan for a keep mapping."""
     from lightkube.generic_resource import get_generic_resource
 
+    started = datetime.datetime.now(datetime.UTC)
     first: ClusterPlan = plan_for(None)
     site = first.inputs.site
     protect = models_to_protect(cluster, first)
@@ -283,7 +294,12 @@ def install_cluster(
         wait_until(
             "GPU Operator",
             operator_check(
-                cluster, site.operator_namespace, policy, products, mig=site.mig_strategy == "mixed"
+                cluster,
+                site.operator_namespace,
+                policy,
+                products,
+                mig=site.mig_strategy == "mixed",
+                since=started,
             ),
             timeout=timeouts["operator"],
             progress=progress,
@@ -291,6 +307,16 @@ def install_cluster(
         )
     )
     applied += _label_mig_layouts(cluster, site, progress)
+    if any(pool.mig_config for pool in site.pools):
+        waits.append(
+            wait_until(
+                "MIG layouts",
+                mig_check(cluster, [p for p in site.pools if p.mig_config]),
+                timeout=timeouts["operator"],
+                progress=progress,
+                hint="kubectl logs -n " + site.operator_namespace + " -l app=nvidia-mig-manager",
+            )
+        )
     applied += _apply_and_wait_prefetch(cluster, plan, progress, timeouts, waits)
     progress.note(f"applying {len(plan.serving)} serving objects")
     applied += cluster.apply_all(list(plan.serving))
@@ -305,6 +331,7 @@ def install_cluster(
                     serving.deployment,
                     surge_gpus=serving.tensor_parallel_size,
                     product=pool.gpu_product,
+                    since=started,
                 ),
                 timeout=timeouts["rollout"],
                 progress=progress,
@@ -328,8 +355,8 @@ def _label_mig_layouts(cluster: KubeCluster, site: Site, progress: Progress) -> 
     for pool in site.pools:
         if not pool.mig_config:
             continue
-        for node in cluster.list(Node, labels={stack_render.GPU_PRODUCT_LABEL: pool.gpu_product}):
-            labels = {"nvidia.com/mig.config": pool.mig_config}
+        for node in cluster.list(Node, labels={GPU_PRODUCT_LABEL: pool.gpu_product}):
+            labels = {MIG_CONFIG_LABEL: pool.mig_config}
             body = {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -347,34 +374,104 @@ def _apply_and_wait_prefetch(
     timeouts: Mapping[str, int],
     waits: list[WaitResult],
 ) -> list[Applied]:
+    """The agents' objects in the order that never leaves their node rights unrestricted.
+
+    Namespaces, service account, trust policy and the admission policy first; then the RBAC
+    that grants node patches; then a dry-run proves the policy is enforced; only then the
+    DaemonSets that use the rights.
+    """
     site = plan.inputs.site
     progress.note(f"applying {len(plan.prefetch)} prefetch objects")
-    applied = cluster.apply_all(list(plan.prefetch))
+    rights = [o for o in plan.prefetch if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    agents = [o for o in plan.prefetch if o["kind"] == "DaemonSet"]
+    first = [o for o in plan.prefetch if o not in rights and o not in agents]
+    applied = cluster.apply_all(first)
+    applied += cluster.apply_all(rights)
+    _prove_agent_policy(cluster, plan, progress)
+    applied += cluster.apply_all(agents)
     for serving in site.models:
         model = stack_render.model_artifact(plan.inputs, serving.name, where=site.source)
-        name = f"sealift-prefetch-{serving.deployment}"[:63].rstrip("-")
+        name = stack_render.prefetch_name(serving)
         pool = site.pool(serving.pool)
         waits.append(
             wait_until(
                 f"verified weights of {model.name} {model.version} on every {pool.name} node",
                 daemonset_check(
                     cluster,
-                    site.namespace,
+                    site.prefetch_namespace,
                     name,
                     label=weights_label(model.digest),
-                    product=pool.gpu_product,
+                    selector=stack_render.pool_selector(pool),
                 ),
                 timeout=timeouts["prefetch"],
                 progress=progress,
-                hint=f"kubectl -n {site.namespace} logs daemonset/{name}",
+                hint=f"kubectl -n {site.prefetch_namespace} logs daemonset/{name}",
             )
         )
     return applied
 
 
+def _prove_agent_policy(cluster: KubeCluster, plan: ClusterPlan, progress: Progress) -> None:
+    """A dry-run label patch as the agent, on its own node, of a label it may not set: refused?
+
+    The API server loads a new admission policy asynchronously, so this polls for a while. If
+    the policy never bites, the node rights are withdrawn and install stops.
+    """
+    from lightkube.resources.core_v1 import Node
+    from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
+
+    site = plan.inputs.site
+    nodes = list(cluster.list(Node))
+    if not nodes:
+        progress.note("no nodes yet: the agents' admission policy is checked on the next run")
+        return
+    node = nodes[0].metadata.name
+    namespace = site.prefetch_namespace
+    user = f"system:serviceaccount:{namespace}:{stack_render.PREFETCH_SERVICE_ACCOUNT}"
+    groups = [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{namespace}",
+        "system:authenticated",
+    ]
+    extra = {"authentication.kubernetes.io/node-name": node}
+    deadline = time.monotonic() + 30
+    reason = ""
+    while time.monotonic() < deadline:
+        reason = cluster.denial_as(user, groups, extra, node, {"sealift.dev/probe": "x"})
+        if "ValidatingAdmissionPolicy" in reason:
+            return
+        time.sleep(0.5)
+    binding = next(o for o in plan.prefetch if o["kind"] == "ClusterRoleBinding")
+    cluster.client.delete(ClusterRoleBinding, binding["metadata"]["name"])
+    raise RemoteError(
+        "the API server does not enforce the prefetch agents' admission policy"
+        f" ({reason or 'a dry-run patch as the agent was allowed'}); their node rights were"
+        " withdrawn",
+        hint="sealift needs ValidatingAdmissionPolicy (Kubernetes 1.30+, admission plugin on)",
+    )
+
+
 def chart_image_artifacts(plan: ClusterPlan) -> list[tuple[str, str, Artifact]]:
     """(mirror repository, tag, bundle artifact) for each chart image, for the tag check."""
     return [(m.mirror_repository, m.tag, m.artifact) for m in plan.chart_images]
+
+
+MINIMUM_KUBERNETES = (1, 32)
+
+
+def check_server_version(version: str) -> None:
+    """Refuse clusters without what the objects rely on (see MINIMUM_KUBERNETES's uses)."""
+    try:
+        found = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return  # a distribution's own version string: let the API server judge the objects
+    if found < MINIMUM_KUBERNETES:
+        raise RemoteError(
+            f"the cluster runs Kubernetes {version}; sealift needs"
+            f" {'.'.join(map(str, MINIMUM_KUBERNETES))} or newer",
+            hint="node-bound service-account tokens, ValidatingAdmissionPolicy and the preStop"
+            " sleep action narrow and drain what sealift deploys; upgrade the cluster",
+        )
 
 
 @dataclass(frozen=True)
@@ -418,6 +515,7 @@ def prepare_cluster_side(
     helm = gpu_operator.find_helm(options.helm)
     cluster = KubeCluster(options.kubeconfig, options.context)
     version = cluster.server_version()
+    check_server_version(version)
 
     def plan_for(keep: Mapping[str, int] | None) -> ClusterPlan:
         return plan_cluster(

@@ -40,33 +40,60 @@ class ChartImage:
     shape: str  # "triplet" ({repository, image, version}) or "repo-tag" ({repository, tag})
     repository: str
     tag: str
+    # Whether the values named no tag and the chart's appVersion default was used.
+    defaulted: bool = False
 
 
 @dataclass(frozen=True)
 class MirroredImage:
-    """A chart image and the bundle image it was matched to."""
+    """A chart image (or one tag of it) and the bundle image it was matched to."""
 
     chart: ChartImage
     artifact: Artifact
     mirror_repository: str
     tag: str
 
+    @property
+    def by_tag(self) -> str:
+        return f"{self.mirror_repository}:{self.tag}"
 
-def chart_images(values: Any, path: tuple[str, ...] = ()) -> Iterator[ChartImage]:
-    """Every image the values name, skipping components that are switched off."""
-    if not isinstance(values, dict):
+    @property
+    def by_digest(self) -> str:
+        return f"{self.mirror_repository}@{self.artifact.digest}"
+
+
+DRIVER_PATH = ("driver",)
+
+
+def chart_images(
+    values: Any, app_versions: dict[str, str], path: tuple[str, ...] = ()
+) -> Iterator[ChartImage]:
+    """Every image the values name, skipping components that are switched off.
+
+    A missing version or tag is what the templates default it to: the appVersion of the chart,
+    or of the subchart whose values hold it.
+    """
+    if not isinstance(values, dict) or values.get("enabled") is False:
         return
-    if values.get("enabled") is False:
-        return
+    default = app_versions.get(path[0] if path and path[0] in app_versions else "", "")
     repository, image = values.get("repository"), values.get("image")
-    version = values.get("version", values.get("tag"))
-    if isinstance(repository, str) and isinstance(image, str) and version is not None:
-        yield ChartImage(path, "triplet", f"{repository.rstrip('/')}/{image}", str(version))
-    elif isinstance(repository, str) and "tag" in values and "image" not in values:
-        yield ChartImage(path, "repo-tag", repository, str(values["tag"]))
+    if isinstance(repository, str) and isinstance(image, str):
+        version = values.get("version", values.get("tag"))
+        yield ChartImage(
+            path,
+            "triplet",
+            f"{repository.rstrip('/')}/{image}",
+            str(version if version is not None else default),
+            version is None,
+        )
+    elif isinstance(repository, str) and path and path[-1] == "image":
+        tag = values.get("tag")
+        yield ChartImage(
+            path, "repo-tag", repository, str(tag if tag is not None else default), tag is None
+        )
     # Components nest others (driver.manager inside driver): keep walking.
     for key, value in values.items():
-        yield from chart_images(value, (*path, str(key)))
+        yield from chart_images(value, app_versions, (*path, str(key)))
 
 
 def _matches(repository: str, artifact: Artifact) -> bool:
@@ -78,36 +105,54 @@ def _matches(repository: str, artifact: Artifact) -> bool:
     return bundle_repository == path or bundle_repository.endswith("/" + path)
 
 
-def match_images(
-    values: dict[str, Any], images: tuple[Artifact, ...], mirror: MirrorTarget, *, chart: str
-) -> list[MirroredImage]:
-    """Match each enabled chart image to a bundle image of the same repository and tag."""
-    matched: list[MirroredImage] = []
-    for wanted in chart_images(values):
-        candidates = [
-            artifact
-            for artifact in images
-            if _matches(wanted.repository, artifact)
-            and artifact.ref.rpartition(":")[2] == wanted.tag
-        ]
-        if not candidates:
-            where = ".".join(wanted.path) or "(top level)"
-            raise InputError(
-                f"chart {chart} values {where} runs {wanted.repository}:{wanted.tag},"
-                " which the bundle does not carry",
-                hint="add the image to the bundle file's images, or switch the component off",
-            )
-        # The longest matching name is the most specific one.
-        best = max(candidates, key=lambda a: len(a.ref))
-        repository = best.ref.rpartition(":")[0]
-        matched.append(
-            MirroredImage(
-                chart=wanted,
-                artifact=best,
-                mirror_repository=f"{mirror.registry}/{mirror.repository(repository)}",
-                tag=wanted.tag,
-            )
+def _match_one(
+    wanted: ChartImage, tag: str, images: tuple[Artifact, ...], mirror: MirrorTarget, chart: str
+) -> MirroredImage:
+    candidates = [
+        artifact
+        for artifact in images
+        if _matches(wanted.repository, artifact) and artifact.ref.rpartition(":")[2] == tag
+    ]
+    if not candidates or not tag:
+        where = ".".join(wanted.path) or "(top level)"
+        raise InputError(
+            f"chart {chart} values {where} runs {wanted.repository}:{tag or '<no tag>'},"
+            " which the bundle does not carry",
+            hint="add the image to the bundle file's images, or switch the component off",
         )
+    # The longest matching name is the most specific one.
+    best = max(candidates, key=lambda a: len(a.ref))
+    repository = best.ref.rpartition(":")[0]
+    return MirroredImage(wanted, best, f"{mirror.registry}/{mirror.repository(repository)}", tag)
+
+
+def match_images(
+    values: dict[str, Any],
+    app_versions: dict[str, str],
+    images: tuple[Artifact, ...],
+    mirror: MirrorTarget,
+    *,
+    chart: str,
+    driver_tags: tuple[str, ...] = (),
+) -> list[MirroredImage]:
+    """Match each enabled chart image to a bundle image of the same repository and tag.
+
+    The driver is the exception: the operator pulls ``version-<os>`` (or, precompiled,
+    ``branch-<kernel>-<os>``), never ``version`` itself, so the site file lists those tags.
+    """
+    matched: list[MirroredImage] = []
+    for wanted in chart_images(values, app_versions):
+        if wanted.path == DRIVER_PATH:
+            if not driver_tags:
+                raise InputError(
+                    f"chart {chart} runs the driver container, but the site file lists no"
+                    " gpuOperator.driver.tags",
+                    hint="list the driver image tags your nodes pull, e.g. 580.95.05-ubuntu22.04"
+                    " or (precompiled) 580-5.15.0-78-generic-ubuntu22.04; or strategy: host",
+                )
+            matched += [_match_one(wanted, tag, images, mirror, chart) for tag in driver_tags]
+            continue
+        matched.append(_match_one(wanted, wanted.tag, images, mirror, chart))
     return matched
 
 
@@ -120,6 +165,7 @@ def _set(tree: dict[str, Any], path: tuple[str, ...], value: dict[str, Any]) -> 
 
 def operator_values(
     values: dict[str, Any],
+    app_versions: dict[str, str],
     site: Site,
     images: tuple[Artifact, ...],
     mirror: MirrorTarget,
@@ -145,21 +191,33 @@ def operator_values(
     overrides["daemonsets"] = {"tolerations": tolerations}
     # Images of components switched off by the overrides are not needed from the bundle.
     effective = _merge(values, overrides)
-    matched = match_images(effective, images, mirror, chart=chart)
+    matched = match_images(
+        effective, app_versions, images, mirror, chart=chart, driver_tags=site.driver_tags
+    )
     for image in matched:
         if image.chart.shape == "triplet":
             repository, _, name = image.mirror_repository.rpartition("/")
             _set(
                 overrides,
                 image.chart.path,
-                {"repository": repository, "image": name, "version": image.tag},
+                # The values' own version (the driver's tags add the OS the operator appends).
+                {"repository": repository, "image": name, "version": image.chart.tag},
             )
         else:
             _set(
                 overrides,
                 image.chart.path,
-                {"repository": image.mirror_repository, "tag": image.tag},
+                {"repository": image.mirror_repository, "tag": image.chart.tag},
             )
+    if site.mirror_pull_secret:
+        # The mirror's credentials, by Secret name: component values take names, subcharts'
+        # pod specs take {name} entries.
+        for image in matched:
+            path = image.chart.path
+            if image.chart.shape == "triplet":
+                _set(overrides, path, {"imagePullSecrets": [site.mirror_pull_secret]})
+            else:
+                _set(overrides, path[:1], {"imagePullSecrets": [{"name": site.mirror_pull_secret}]})
     return overrides, matched
 
 
@@ -230,4 +288,41 @@ def helm_template(
             hint="check the chart in the bundle and the site file's gpuOperator settings",
         )
     objects = [doc for doc in yaml.safe_load_all(done.stdout) if isinstance(doc, dict) and doc]
-    return objects
+    return [
+        o
+        for o in objects
+        if "helm.sh/hook" not in ((o.get("metadata") or {}).get("annotations") or {})
+    ]
+
+
+_WORKLOADS = {"Pod", "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"}
+
+
+def pin_workload_images(objects: list[dict[str, Any]], matched: list[MirroredImage]) -> int:
+    """Rewrite the chart's workload images from mirror tags to mirror digests; return how many.
+
+    Kubelets pull for the life of the cluster; a digest cannot be moved, a tag can. Only the
+    ClusterPolicy keeps tags, because the operator composes its images from them.
+    """
+    pins = {image.by_tag: image.by_digest for image in matched}
+    count = 0
+
+    def pin(container: dict[str, Any]) -> None:
+        nonlocal count
+        if container.get("image") in pins:
+            container["image"] = pins[container["image"]]
+            count += 1
+        for variable in container.get("env") or []:
+            if str(variable.get("name", "")).endswith("_IMAGE") and variable.get("value") in pins:
+                variable["value"] = pins[variable["value"]]
+                count += 1
+
+    for obj in objects:
+        if obj.get("kind") not in _WORKLOADS:
+            continue
+        spec = obj.get("spec") or {}
+        pod = spec if obj["kind"] == "Pod" else (spec.get("template") or {}).get("spec") or {}
+        for key in ("initContainers", "containers"):
+            for container in pod.get(key) or []:
+                pin(container)
+    return count

@@ -36,23 +36,28 @@ def _walk(node: Any, path: str) -> Iterator[tuple[str, str]]:
         if node.get("enabled") is False:
             return  # a switched-off component of a custom resource runs nothing
         repository, image = node.get("repository"), node.get("image")
-        if isinstance(repository, str) and isinstance(image, str) and "version" in node:
-            version = str(node["version"])
-            separator = "@" if version.startswith("sha256:") else ":"
-            yield path, f"{repository.rstrip('/')}/{image}{separator}{version}"
+        if isinstance(repository, str) and isinstance(image, str):
+            version = node.get("version", node.get("tag"))
+            reference = f"{repository.rstrip('/')}/{image}"
+            if version is not None:
+                separator = "@" if str(version).startswith("sha256:") else ":"
+                reference += f"{separator}{version}"
+            yield path, reference
+        elif isinstance(repository, str) and "tag" in node:
+            yield path, f"{repository}:{node['tag']}"
         for key, value in node.items():
             child = f"{path}.{key}" if path else str(key)
             if key == "image" and isinstance(value, str) and not isinstance(repository, str):
                 yield child, value
-            elif (
-                key == "env"
-                and isinstance(value, list)
-                and all(isinstance(item, dict) for item in value)
-            ):
+            elif key == "env" and isinstance(value, list):
                 for item in value:
-                    name = str(item.get("name", ""))
+                    name = str(item.get("name", "")) if isinstance(item, dict) else ""
                     if name.endswith("_IMAGE") and isinstance(item.get("value"), str):
                         yield f"{child}[{name}]", item["value"]
+            elif key in ("args", "command") and isinstance(value, list):
+                for item in value:
+                    if isinstance(item, str) and item.startswith("--image="):
+                        yield child, item.removeprefix("--image=")
             else:
                 yield from _walk(value, child)
     elif isinstance(node, list):

@@ -2,17 +2,21 @@
 
 Credentials come from KUBECONFIG (or ``--kubeconfig`` and ``--context``), exactly as kubectl reads
 them, through lightkube. Objects are applied server-side with ``force``: the site file and the
-bundle are the source of truth for the fields sealift sets, and fields other managers own (an
-HPA's replicas, a label someone added) are left alone. Re-applying the same objects is a no-op
-on the server, so re-running install changes nothing.
+bundle are the source of truth for the fields sealift sets (replicas among them, so an
+autoscaler's value is taken back), and fields other managers own (a label someone added) are
+left alone. Re-applying the same objects changes nothing on the server, so re-running install
+changes nothing.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sealift.errors import InputError, RemoteError
 
@@ -164,7 +168,52 @@ class KubeCluster:
             applied.append(self.apply(obj))
             if obj.get("kind") == "CustomResourceDefinition":
                 self.register_crds([obj])
+                self.wait_established(obj["metadata"]["name"])
         return applied
+
+    def wait_established(self, name: str, timeout: float = 60.0) -> None:
+        """A new CRD serves its kind only once Established; applying one before fails (404)."""
+        from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+        deadline = time.monotonic() + timeout
+        while True:
+            crd = self.get(CustomResourceDefinition, name)
+            conditions = (crd.status.conditions or []) if crd and crd.status else []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise RemoteError(
+                    f"CustomResourceDefinition {name} is not Established after {timeout:.0f}s",
+                    hint="kubectl describe crd " + name,
+                )
+            time.sleep(0.2)
+
+    def denial_as(
+        self, user: str, groups: list[str], extra: dict[str, str], node: str, labels: dict[str, str]
+    ) -> str:
+        """Why the API server refuses a label patch made as ``user``; "" when it would allow it.
+
+        A server-side dry run with impersonation: nothing is changed. Used to prove that an
+        admission policy is enforced before the rights it narrows are in use.
+        """
+        headers = [("Impersonate-User", user), ("Content-Type", "application/merge-patch+json")]
+        headers += [("Impersonate-Group", group) for group in groups]
+        headers += [(f"Impersonate-Extra-{quote(k, safe='')}", v) for k, v in extra.items()]
+        body = json.dumps({"metadata": {"labels": labels}})
+
+        def patch() -> Any:
+            # lightkube has no impersonation per request; its authenticated httpx client does.
+            return self._client._client._client.patch(
+                f"/api/v1/nodes/{node}", params={"dryRun": "All"}, headers=headers, content=body
+            )
+
+        response = self._call(f"dry-run label patch of node {node} as {user}", patch)
+        if response.status_code < 300:
+            return ""
+        try:
+            return str(response.json().get("message", response.text))
+        except ValueError:
+            return response.text
 
     def get(self, kind: Any, name: str, namespace: str | None = None) -> Any | None:
         """An object, or None when it does not exist."""

@@ -8,13 +8,15 @@ when it changes, and on timeout it is the error, with how long sealift waited.
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sealift.errors import StallError
+from sealift.errors import RemoteError, StallError
 from sealift.installer.kube_cluster import KubeCluster
+from sealift.installer.site_file import GPU_PRODUCT_LABEL, MIG_CONFIG_LABEL, MIG_STATE_LABEL
 from sealift.progress import Progress
 
 POLL_SECONDS = 2.0
@@ -48,7 +50,11 @@ def wait_until(
     start = time.monotonic()
     last = ""
     while True:
-        reason = check()
+        try:
+            reason = check()
+        except RemoteError as problem:
+            # One failed API call must not end a wait of hours: it is the reason, for now.
+            reason = problem.message
         waited = time.monotonic() - start
         if reason is None:
             progress.note(f"{what}: ready after {_duration(waited)}")
@@ -107,8 +113,29 @@ def _pods(cluster: KubeCluster, namespace: str, selector: dict[str, str]) -> lis
     return list(cluster.list(Pod, namespace=namespace, labels=selector))
 
 
+def rolled_out(deployment: Any) -> bool:
+    """Every replica updated, ready and available, and no old one left."""
+    spec, status = deployment.spec, deployment.status
+    wanted = spec.replicas if spec.replicas is not None else 1
+    if status is None or (status.observedGeneration or 0) < (deployment.metadata.generation or 0):
+        return False
+    counts = (
+        status.updatedReplicas,
+        status.readyReplicas,
+        status.availableReplicas,
+        status.replicas,
+    )
+    return all((count or 0) == wanted for count in counts)
+
+
 def deployment_check(
-    cluster: KubeCluster, namespace: str, name: str, *, surge_gpus: int = 0, product: str = ""
+    cluster: KubeCluster,
+    namespace: str,
+    name: str,
+    *,
+    surge_gpus: int = 0,
+    product: str = "",
+    since: datetime.datetime | None = None,
 ) -> Callable[[], str | None]:
     """Rolled out: every replica updated and ready, the old ones gone."""
     from lightkube.resources.apps_v1 import Deployment
@@ -124,7 +151,17 @@ def deployment_check(
         ):
             return "the controller has not seen the new spec yet"
         for condition in status.conditions or []:
-            if condition.type == "Progressing" and condition.reason == "ProgressDeadlineExceeded":
+            # A deadline passed before this install applied its spec is history, not a verdict.
+            stale = (
+                since is not None
+                and condition.lastUpdateTime is not None
+                and (condition.lastUpdateTime < since)
+            )
+            if (
+                condition.type == "Progressing"
+                and condition.reason == "ProgressDeadlineExceeded"
+                and not stale
+            ):
                 reason = f"the rollout of {name} exceeded its progress deadline"
                 problem = _first_pod_problem(cluster, namespace, spec.selector.matchLabels)
                 raise StallError(
@@ -172,9 +209,9 @@ def _first_pod_problem(
 
 
 def daemonset_check(
-    cluster: KubeCluster, namespace: str, name: str, *, label: str, product: str
+    cluster: KubeCluster, namespace: str, name: str, *, label: str, selector: dict[str, str]
 ) -> Callable[[], str | None]:
-    """Every node of the pool runs an updated, ready agent and carries the weights label."""
+    """Every node the DaemonSet runs on has an updated, ready agent and the weights label."""
     from lightkube.resources.apps_v1 import DaemonSet
     from lightkube.resources.core_v1 import Node
 
@@ -189,8 +226,10 @@ def daemonset_check(
             return "the controller has not seen the new spec yet"
         desired = status.desiredNumberScheduled or 0
         if desired == 0:
-            return f"no node carries nvidia.com/gpu.product={product} and tolerates the pool taint"
+            wanted = ", ".join(f"{k}={v}" for k, v in selector.items())
+            return f"no node carries {wanted} and tolerates the pool taint"
         updated, ready = status.updatedNumberScheduled or 0, status.numberReady or 0
+        pods = _pods(cluster, namespace, daemonset.spec.selector.matchLabels)
         if updated < desired or ready < desired:
             problem = _first_pod_problem(cluster, namespace, daemonset.spec.selector.matchLabels)
             if problem and "not ready yet" in problem:
@@ -198,7 +237,9 @@ def daemonset_check(
             return f"{ready}/{desired} nodes ready, {updated} updated" + (
                 f"; {problem}" if problem else ""
             )
-        nodes = list(cluster.list(Node, labels={"nvidia.com/gpu.product": product}))
+        # The nodes the DaemonSet actually runs on (a node with another taint is not one).
+        targets = {p.spec.nodeName for p in pods if p.spec and p.spec.nodeName}
+        nodes = [n for n in cluster.list(Node, labels=selector) if n.metadata.name in targets]
         missing = sorted(n.metadata.name for n in nodes if label not in (n.metadata.labels or {}))
         if missing:
             return f"nodes without the weights label {label}: {', '.join(missing[:5])}"
@@ -207,8 +248,30 @@ def daemonset_check(
     return check
 
 
+def mig_check(cluster: KubeCluster, pools: list[Any]) -> Callable[[], str | None]:
+    """The MIG manager reports success on every node of every MIG pool."""
+    from lightkube.resources.core_v1 import Node
+
+    def check() -> str | None:
+        for pool in pools:
+            for node in cluster.list(Node, labels={MIG_CONFIG_LABEL: pool.mig_config}):
+                state = (node.metadata.labels or {}).get(MIG_STATE_LABEL, "")
+                if state != "success":
+                    layout = f"MIG layout {pool.mig_config}"
+                    return f"node {node.metadata.name}: {layout} is {state or 'pending'}"
+        return None
+
+    return check
+
+
 def operator_check(
-    cluster: KubeCluster, namespace: str, policy: Any, products: list[str], *, mig: bool
+    cluster: KubeCluster,
+    namespace: str,
+    policy: Any,
+    products: list[str],
+    *,
+    mig: bool,
+    since: datetime.datetime | None = None,
 ) -> Callable[[], str | None]:
     """The operator's Deployments rolled out, ClusterPolicy ready, GPUs allocatable per pool."""
     from lightkube.resources.apps_v1 import Deployment
@@ -216,7 +279,7 @@ def operator_check(
 
     def check() -> str | None:
         for deployment in cluster.list(Deployment, namespace=namespace):
-            problem = deployment_check(cluster, namespace, deployment.metadata.name)()
+            problem = deployment_check(cluster, namespace, deployment.metadata.name, since=since)()
             if problem:
                 return f"Deployment {namespace}/{deployment.metadata.name}: {problem}"
         if policy is not None:
@@ -228,7 +291,7 @@ def operator_check(
             if state != "ready":
                 return f"ClusterPolicy {name} is {state or 'without status'}, not ready"
         for product in products:
-            nodes = list(cluster.list(Node, labels={"nvidia.com/gpu.product": product}))
+            nodes = list(cluster.list(Node, labels={GPU_PRODUCT_LABEL: product}))
             if not nodes:
                 return (
                     f"no node is labelled nvidia.com/gpu.product={product} (GPU Feature Discovery"

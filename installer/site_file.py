@@ -10,7 +10,7 @@ so a bad site file fails before anything touches the cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sealift.documents import load_document
 from sealift.errors import InputError
@@ -18,7 +18,12 @@ from sealift.units import parse_duration
 
 SCHEMA_NAME = "site.v1alpha1.json"
 GPU_TAINT_KEY = "nvidia.com/gpu"
+# Node labels of the NVIDIA stack that pools are found by.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 DEFAULT_NAMESPACE = "sealift"
+DEFAULT_PREFETCH_NAMESPACE = "sealift-prefetch"
 DEFAULT_OPERATOR_NAMESPACE = "gpu-operator"
 DEFAULT_HOST_PATH = "/opt/models"
 
@@ -83,6 +88,7 @@ class WeightsAccess:
     path_style: bool = False
     host_path: str = DEFAULT_HOST_PATH
     keep_versions: int = 1
+    ca_config_map: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,15 +107,18 @@ class Site:
     source: str
     name: str
     namespace: str
+    prefetch_namespace: str
     operator_namespace: str
     operator_chart: str
     driver_strategy: str
     driver_repository_config_map: str
+    driver_tags: tuple[str, ...]
     mig_strategy: str
     pools: tuple[NodePool, ...]
     weights: WeightsAccess
     models: tuple[ModelServing, ...]
     timeouts: Timeouts
+    mirror_pull_secret: str = ""
 
     def pool(self, name: str) -> NodePool:
         """The pool called ``name`` (load_site has checked that it exists)."""
@@ -137,6 +146,11 @@ def load_site(path: Path) -> Site:
         raise InputError(
             f"{path}: gpuOperator.driver.repositoryConfigMap is only for packageRepository",
             hint="remove it, or set strategy: packageRepository",
+        )
+    if driver["strategy"] == "host" and driver.get("tags"):
+        raise InputError(
+            f"{path}: gpuOperator.driver.tags has no use with strategy host",
+            hint="a host-installed driver is not pulled; remove the tags",
         )
     if driver["strategy"] == "packageRepository" and not driver.get("repositoryConfigMap"):
         raise InputError(
@@ -167,6 +181,31 @@ def load_site(path: Path) -> Site:
                 hint="set gpuOperator.mig.strategy to single or mixed",
             )
     weights = document.get("weights") or {}
+    host_path = PurePosixPath(weights.get("hostPath", DEFAULT_HOST_PATH))
+    system = {
+        "etc",
+        "proc",
+        "sys",
+        "dev",
+        "boot",
+        "bin",
+        "sbin",
+        "lib",
+        "lib64",
+        "usr",
+        "root",
+        "run",
+    }
+    if ".." in host_path.parts or len(host_path.parts) < 3 or host_path.parts[1] in system:
+        raise InputError(
+            f"{path}: weights.hostPath {str(host_path)!r} is not a folder for model weights",
+            hint="name a dedicated folder on the nodes' NVMe, e.g. /opt/models or /mnt/nvme/models",
+        )
+    if mig == "mixed":
+        raise InputError(
+            f"{path}: gpuOperator.mig.strategy mixed is not supported for serving pools yet",
+            hint="use single: every MIG slice is then an nvidia.com/gpu",
+        )
     models: list[ModelServing] = []
     for position, entry in enumerate(document["models"]):
         where = f"{path}: models[{position}]"
@@ -182,6 +221,11 @@ def load_site(path: Path) -> Site:
                 f"{where}.tensorParallelSize {entry['tensorParallelSize']} is more than the"
                 f" {pool.gpus_per_node} GPUs per node of pool {pool.name}",
                 hint="tensor parallelism stays inside one node's NVLink domain",
+            )
+        if pool.mig_config and entry["tensorParallelSize"] > 1:
+            raise InputError(
+                f"{where}.tensorParallelSize {entry['tensorParallelSize']} on MIG pool {pool.name}",
+                hint="a MIG slice cannot join tensor parallelism; use 1, or a pool without MIG",
             )
         deployment = entry.get("deployment") or entry["name"].replace(".", "-")
         if any(model.deployment == deployment for model in models):
@@ -214,16 +258,24 @@ def load_site(path: Path) -> Site:
                 image=entry.get("image", ""),
             )
         )
+    namespace = document.get("namespace", DEFAULT_NAMESPACE)
+    if namespace == document.get("prefetchNamespace", DEFAULT_PREFETCH_NAMESPACE):
+        raise InputError(
+            f"{path}: prefetchNamespace is the serving namespace {namespace!r}",
+            hint="the agents' identity may label nodes: keep it in a namespace of its own",
+        )
     timeouts = document.get("timeouts") or {}
     defaults = Timeouts()
     return Site(
         source=str(path),
         name=document["metadata"]["name"],
         namespace=document.get("namespace", DEFAULT_NAMESPACE),
+        prefetch_namespace=document.get("prefetchNamespace", DEFAULT_PREFETCH_NAMESPACE),
         operator_namespace=operator.get("namespace", DEFAULT_OPERATOR_NAMESPACE),
         operator_chart=operator.get("chart", "gpu-operator"),
         driver_strategy=driver["strategy"],
         driver_repository_config_map=driver.get("repositoryConfigMap", ""),
+        driver_tags=tuple(driver.get("tags", ())),
         mig_strategy=mig,
         pools=tuple(pools),
         weights=WeightsAccess(
@@ -233,6 +285,7 @@ def load_site(path: Path) -> Site:
             path_style=weights.get("pathStyle", False),
             host_path=weights.get("hostPath", DEFAULT_HOST_PATH),
             keep_versions=weights.get("keepVersions", 1),
+            ca_config_map=weights.get("caConfigMap", ""),
         ),
         models=tuple(models),
         timeouts=Timeouts(
@@ -240,6 +293,7 @@ def load_site(path: Path) -> Site:
             prefetch=_seconds(timeouts, "prefetch", defaults.prefetch, path),
             rollout=_seconds(timeouts, "rollout", defaults.rollout, path),
         ),
+        mirror_pull_secret=(document.get("mirror") or {}).get("pullSecret", ""),
     )
 
 

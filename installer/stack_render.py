@@ -12,6 +12,7 @@ time, readiness and liveness on /health, a long drain, and RollingUpdate 1/0.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,13 @@ from sealift.bundles.layout import PREFETCH_IMAGE_REPOSITORY
 from sealift.errors import InputError
 from sealift.installer.mirror import MirrorTarget, mirror_reference
 from sealift.installer.object_store import StoreTarget
-from sealift.installer.site_file import ModelServing, NodePool, Site
+from sealift.installer.site_file import (
+    GPU_PRODUCT_LABEL,
+    MIG_CONFIG_LABEL,
+    ModelServing,
+    NodePool,
+    Site,
+)
 from sealift.prefetch.node_label import LABEL_PREFIX, label_value, weights_label
 
 Object = dict[str, Any]
@@ -33,7 +40,7 @@ AWS_CREDENTIALS_MOUNT = "/etc/sealift/aws"
 MODELS_MOUNT = "/models"
 PREFETCH_PORT = 9090
 VLLM_PORT = 8000
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+S3_CA_MOUNT = "/etc/sealift/s3-ca"
 GPU_RESOURCE = "nvidia.com/gpu"
 TERMINATION_GRACE_SECONDS = 600
 PRE_STOP_SECONDS = 15
@@ -64,10 +71,31 @@ def _labels(inputs: StackInputs, component: str, instance: str) -> dict[str, str
         "app.kubernetes.io/name": component,
         "app.kubernetes.io/instance": instance,
         "app.kubernetes.io/part-of": inputs.release[:63],
-        "app.kubernetes.io/version": inputs.version[:63].rstrip("-._+") or "0",
+        "app.kubernetes.io/version": label_safe(inputs.version),
         "app.kubernetes.io/managed-by": MANAGED_BY,
         "sealift.dev/site": inputs.site.name,
     }
+
+
+def _pull_secrets(site: Site) -> list[Object]:
+    return [{"name": site.mirror_pull_secret}] if site.mirror_pull_secret else []
+
+
+def pool_selector(pool: NodePool) -> dict[str, str]:
+    """How a pool's pods find its nodes: by GPU product, or by MIG layout on a MIG pool.
+
+    With MIG, GPU Feature Discovery rewrites the product label (``-MIG-<profile>``) once the
+    layout is applied; the layout label sealift sets is stable.
+    """
+    if pool.mig_config:
+        return {MIG_CONFIG_LABEL: pool.mig_config}
+    return {GPU_PRODUCT_LABEL: pool.gpu_product}
+
+
+def label_safe(text: str) -> str:
+    """``text`` as a label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned) or "0"
 
 
 def _tolerations(pool: NodePool) -> list[Object]:
@@ -112,13 +140,18 @@ def model_artifact(inputs: StackInputs, name: str, *, where: str) -> Artifact:
 
 
 def namespace_objects(inputs: StackInputs) -> list[Object]:
-    """The serving namespace. hostPath volumes (the weights) need the privileged PSA level."""
+    """The serving namespace and the agents' own one, which only administrators should use.
+
+    Both need the privileged Pod Security level: hostPath volumes (the weights) are not allowed
+    below it. The agents' identity may label nodes, so its namespace is kept apart from the one
+    where serving teams create pods.
+    """
     return [
         {
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {
-                "name": inputs.site.namespace,
+                "name": name,
                 "labels": {
                     "app.kubernetes.io/managed-by": MANAGED_BY,
                     "pod-security.kubernetes.io/enforce": "privileged",
@@ -126,7 +159,18 @@ def namespace_objects(inputs: StackInputs) -> list[Object]:
                 },
             },
         }
+        for name in (inputs.site.namespace, inputs.site.prefetch_namespace)
     ]
+
+
+def prefetch_name(serving: ModelServing) -> str:
+    """The prefetch DaemonSet of one model."""
+    return f"sealift-prefetch-{serving.deployment}"[:63].rstrip("-")
+
+
+def prefetch_policy_objects(inputs: StackInputs) -> list[Object]:
+    """The admission policy that narrows the agents' node rights; applied before those rights."""
+    return [o for o in prefetch_access_objects(inputs) if o["kind"].startswith("ValidatingAdm")]
 
 
 def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
@@ -136,7 +180,7 @@ def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
     does: requests from the agent's service account may change only labels under
     ``weights.sealift.dev/`` and only on the node its token is bound to.
     """
-    namespace = inputs.site.namespace
+    namespace = inputs.site.prefetch_namespace
     labels = _labels(inputs, "sealift-prefetch", "sealift-prefetch")
     user = f"system:serviceaccount:{namespace}:{PREFETCH_SERVICE_ACCOUNT}"
     role_name = f"sealift-prefetch-node-labels-{namespace}"
@@ -165,7 +209,8 @@ def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": role_name, "labels": labels},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+            # patch only: server-side apply of labels needs nothing else.
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -191,7 +236,8 @@ def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
                         {
                             "apiGroups": [""],
                             "apiVersions": ["v1"],
-                            "operations": ["UPDATE"],
+                            # RBAC grants no create or delete; deny them here as well.
+                            "operations": ["CREATE", "UPDATE", "DELETE"],
                             "resources": ["nodes", "nodes/status"],
                         }
                     ]
@@ -203,6 +249,10 @@ def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
                     }
                 ],
                 "validations": [
+                    {
+                        "expression": "request.operation == 'UPDATE'",
+                        "message": "the prefetch agent may not create or delete nodes",
+                    },
                     {
                         "expression": "!has(request.subResource) || request.subResource == ''",
                         "message": "the prefetch agent may not change a node's status",
@@ -222,6 +272,16 @@ def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
                         ".annotations) ? object.metadata.annotations : {}) == (has(oldObject"
                         ".metadata.annotations) ? oldObject.metadata.annotations : {})",
                         "message": "the prefetch agent may not change a node's spec or annotations",
+                    },
+                    {
+                        # An owner reference would let the garbage collector delete the node; a
+                        # finalizer would block its removal.
+                        "expression": "(has(object.metadata.ownerReferences) ? object.metadata"
+                        ".ownerReferences : []) == (has(oldObject.metadata.ownerReferences) ?"
+                        " oldObject.metadata.ownerReferences : []) && (has(object.metadata"
+                        ".finalizers) ? object.metadata.finalizers : []) == (has(oldObject"
+                        ".metadata.finalizers) ? oldObject.metadata.finalizers : [])",
+                        "message": "the prefetch agent may not change owners or finalizers",
                     },
                 ],
             },
@@ -249,7 +309,7 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
     pool = site.pool(serving.pool)
     model = model_artifact(inputs, serving.name, where=f"{site.source}: models {serving.name}")
     image = find_image(inputs, PREFETCH_IMAGE_REPOSITORY, what="the prefetch image")
-    name = f"sealift-prefetch-{serving.deployment}"[:63].rstrip("-")
+    name = prefetch_name(serving)
     labels = _labels(inputs, "sealift-prefetch", name)
     selector = {"app.kubernetes.io/name": "sealift-prefetch", "app.kubernetes.io/instance": name}
     source = f"s3://{inputs.store.bucket}/{inputs.store.key(model.name, model.version)}"
@@ -277,6 +337,12 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
         {"name": "trust-policy", "configMap": {"name": TRUST_CONFIG_MAP}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
+    args_ca: list[str] = []
+    if site.weights.ca_config_map:
+        # The store's TLS is checked against the site's CA, never switched off.
+        mounts.append({"name": "s3-ca", "mountPath": S3_CA_MOUNT, "readOnly": True})
+        volumes.append({"name": "s3-ca", "configMap": {"name": site.weights.ca_config_map}})
+        args_ca.append(f"--s3-ca-file={S3_CA_MOUNT}/ca.crt")
     if site.weights.credentials_secret:
         # The AWS credential chain reads a shared-credentials file: no key in env or args.
         env.append(
@@ -296,7 +362,7 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": site.namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": site.prefetch_namespace, "labels": labels},
         "spec": {
             "selector": {"matchLabels": selector},
             # The store's bandwidth is shared: a quarter of the nodes fetch a new version at once.
@@ -312,9 +378,10 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
                 },
                 "spec": {
                     "serviceAccountName": PREFETCH_SERVICE_ACCOUNT,
-                    "nodeSelector": {GPU_PRODUCT_LABEL: pool.gpu_product},
+                    "imagePullSecrets": _pull_secrets(site),
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "nodeSelector": pool_selector(pool),
                     "tolerations": _tolerations(pool),
-                    "priorityClassName": "system-node-critical",
                     "containers": [
                         {
                             "name": "prefetch",
@@ -327,6 +394,7 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
                                 f"--keep={keep}",
                                 f"--serve=:{PREFETCH_PORT}",
                                 "--label-node",
+                                *args_ca,
                             ],
                             "env": env,
                             "ports": [{"name": "metrics", "containerPort": PREFETCH_PORT}],
@@ -358,9 +426,9 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
 
 def vllm_args(serving: ModelServing, model: Artifact) -> list[str]:
     """``vllm serve`` arguments from the site file; the model path pins the verified version."""
-    digest_dir = model.digest.removeprefix("sha256:")
     args = [
-        f"{MODELS_MOUNT}/{model.name}/{digest_dir}",
+        # The hostPath mounted here is exactly the verified folder of this version.
+        f"{MODELS_MOUNT}/{model.name}",
         f"--served-model-name={serving.served_model_name or model.name}",
         f"--tensor-parallel-size={serving.tensor_parallel_size}",
         f"--port={VLLM_PORT}",
@@ -417,7 +485,10 @@ def serving_objects(
             }
         )
     health = {"path": "/health", "port": "http"}
-    startup_failures = max(math.ceil(serving.expected_load_seconds / STARTUP_PERIOD_SECONDS), 6)
+    # expectedLoadTime is a p95: half as much again and a minute more, so the slow tail of
+    # starts (cold page cache, a busy disk) is not killed and restarted into the same tail.
+    startup_seconds = serving.expected_load_seconds * 3 // 2 + 60
+    startup_failures = math.ceil(startup_seconds / STARTUP_PERIOD_SECONDS)
     deployment: Object = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -443,7 +514,11 @@ def serving_objects(
                 },
                 "spec": {
                     "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-                    "nodeSelector": {GPU_PRODUCT_LABEL: pool.gpu_product},
+                    # vLLM reads prompts from anyone; it needs no Kubernetes API token.
+                    "automountServiceAccountToken": False,
+                    "imagePullSecrets": _pull_secrets(site),
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "nodeSelector": pool_selector(pool),
                     "affinity": {
                         "nodeAffinity": {
                             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -500,15 +575,25 @@ def serving_objects(
                             "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
                             "securityContext": {"allowPrivilegeEscalation": False},
                             "volumeMounts": [
-                                {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
+                                {
+                                    "name": "models",
+                                    "mountPath": f"{MODELS_MOUNT}/{model.name}",
+                                    "readOnly": True,
+                                },
                                 {"name": "shm", "mountPath": "/dev/shm"},
                             ],
                         }
                     ],
                     "volumes": [
                         {
+                            # Only this version's verified folder: not the other models, not
+                            # the agents' staging area.
                             "name": "models",
-                            "hostPath": {"path": site.weights.host_path, "type": "Directory"},
+                            "hostPath": {
+                                "path": f"{site.weights.host_path.rstrip('/')}/{model.name}/"
+                                f"{model.digest.removeprefix('sha256:')}",
+                                "type": "Directory",
+                            },
                         },
                         {
                             "name": "shm",

@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
 from support.cluster_release import MODEL_NAME, make_cluster_release, write_site
 from support.fake_gpu_stack import FakeGpuStack, cluster_entry, write_token_kubeconfig
 from support.pki import write_key_pair
@@ -123,7 +127,8 @@ def get(kube: Any, *args: str) -> Any:
 def resource_versions(kube: Any, namespace: str) -> dict[str, str]:
     """Every object sealift applies for this test, by kind/namespace/name: its resourceVersion."""
     queries = [
-        ("deploy,ds,svc,pdb,cm,sa", ["-n", namespace]),
+        ("deploy,svc,pdb,sa", ["-n", namespace]),
+        ("ds,cm,sa", ["-n", f"{namespace}-prefetch"]),
         ("deploy,sa", ["-n", "gpu-operator"]),
         ("clusterrole,clusterrolebinding,validatingadmissionpolicy", []),
         ("clusterpolicy", []),
@@ -161,7 +166,7 @@ def test_install_brings_up_the_stack_and_a_rerun_changes_nothing(
     for n in (1, 2):
         kube_cluster.add_gpu_node(f"t1-gpu-{n}", product=product, gpus=8)
     site = write_site(tmp_path / "site.yaml", namespace="t1", product=product, replicas=2)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t1") as fake:
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t1-prefetch") as fake:
         result = install(kube_cluster, registry, s3, releases, "2026.12.0", site, "--json")
         assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
         report = json.loads(result.stdout)
@@ -194,7 +199,7 @@ def test_upgrade_prefetches_beside_the_old_weights_then_rolls_then_drops_them(
     site = write_site(tmp_path / "site.yaml", namespace="t2", product=product, replicas=2)
     old = weights_label(releases["bundles"]["2026.12.0"]["weights"])
     new = weights_label(releases["bundles"]["2026.12.1"]["weights"])
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t2") as fake:
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t2-prefetch") as fake:
         first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
         assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
         result = install(kube_cluster, registry, s3, releases, "2026.12.1", site, "--json")
@@ -206,7 +211,7 @@ def test_upgrade_prefetches_beside_the_old_weights_then_rolls_then_drops_them(
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["sealift.dev/weights-digest"] == releases["bundles"]["2026.12.1"]["weights"]
     assert deployment["status"]["updatedReplicas"] == deployment["status"]["replicas"] == 2
-    args = get(kube_cluster, "ds", "-n", "t2")["items"][0]["spec"]["template"]["spec"][
+    args = get(kube_cluster, "ds", "-n", "t2-prefetch")["items"][0]["spec"]["template"]["spec"][
         "containers"
     ][0]["args"]
     assert "--keep=1" in args
@@ -228,7 +233,7 @@ def test_a_rollout_without_gpus_to_spare_stalls_with_the_scheduler_reason(
     site = write_site(
         tmp_path / "site.yaml", namespace="t3", product=product, tp=8, replicas=2, timeout="20s"
     )
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t3"):
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t3-prefetch"):
         result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
     assert result.exit_code == 6, result.output
     line = result.stderr.strip().splitlines()[-1]
@@ -252,7 +257,7 @@ def test_an_upgrade_without_a_spare_gpu_for_max_surge_says_so(
     site = write_site(
         tmp_path / "site.yaml", namespace="t5", product=product, tp=8, replicas=1, timeout="20s"
     )
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t5") as fake:
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t5-prefetch") as fake:
         first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
         assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
         result = install(kube_cluster, registry, s3, releases, "2026.12.1", site)
@@ -278,15 +283,16 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
     kube_cluster.add_cpu_node("t4-cpu")
     for n in (1, 2):
         kube_cluster.add_gpu_node(f"t4-gpu-{n}", product=product, gpus=8)
-    site = write_site(tmp_path / "site.yaml", namespace="t4", product=product, replicas=1)
+    site = write_site(tmp_path / "site.yaml", namespace="t4", product=product, tp=1, replicas=1)
     # The pool also asks for a MIG layout: install labels its nodes for the MIG manager.
     text = site.read_text().replace(
-        "driver: {strategy: precompiled}",
-        "driver: {strategy: precompiled}\n  mig: {strategy: single}",
+        "  driver:\n",
+        "  mig: {strategy: single}\n  driver:\n",
     )
     site.write_text(text.replace("gpusPerNode: 8", "gpusPerNode: 8\n    migConfig: all-3g.40gb"))
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t4"):
-        assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t4-prefetch"):
+        result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
+        assert result.exit_code == 0, result.output
     mig = {
         name: labels.get("nvidia.com/mig.config")
         for name, labels in nodes_labels(kube_cluster, product).items()
@@ -295,7 +301,12 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
     pod = next(
         p
         for p in get(
-            kube_cluster, "pods", "-n", "t4", "-l", "app.kubernetes.io/name=sealift-prefetch"
+            kube_cluster,
+            "pods",
+            "-n",
+            "t4-prefetch",
+            "-l",
+            "app.kubernetes.io/name=sealift-prefetch",
         )["items"]
         if p["spec"]["nodeName"] == "t4-gpu-1"
     )
@@ -304,7 +315,7 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
         "token",
         "sealift-prefetch",
         "-n",
-        "t4",
+        "t4-prefetch",
         "--bound-object-kind",
         "Pod",
         "--bound-object-name",
@@ -323,16 +334,21 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
         apply_node_labels("t4-gpu-2", MODEL_NAME, [digest], kubeconfig=config)
     # Any other label, or a taint, on its own node: refused.
     agent = ["--kubeconfig", str(config)]
-    denied = kube_cluster.kubectl(
-        "label", "node", "t4-gpu-1", "evil=1", *agent, check=False, admin=False
-    )
-    assert denied.returncode != 0 and "may change only weights.sealift.dev/" in denied.stderr
-    tainted = kube_cluster.kubectl(
-        "taint", "node", "t4-gpu-1", "x=y:NoSchedule", *agent, check=False, admin=False
-    )
-    assert tainted.returncode != 0
+    # (kubectl label and taint read the node first, which the agent may not: patch directly.)
+    as_agent = Client(config=KubeConfig.from_file(str(config)), trust_env=False)
+    for patch, message in (
+        ({"metadata": {"labels": {"evil": "1"}}}, "may change only weights.sealift.dev/"),
+        ({"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}, "spec or annotations"),
+        ({"metadata": {"finalizers": ["x.example/hold"]}}, "owners or finalizers"),
+    ):
+        with pytest.raises(ApiError, match=message):
+            as_agent.patch(Node, "t4-gpu-1", patch, patch_type=PatchType.MERGE)
     # And nothing else: no pods, no secrets.
-    for verb in (["get", "pods", "-A"], ["get", "secrets", "-n", "t4"]):
+    for verb in (
+        ["get", "pods", "-A"],
+        ["get", "secrets", "-n", "t4-prefetch"],
+        ["get", "node", "t4-gpu-1"],
+    ):
         assert kube_cluster.kubectl(*verb, *agent, check=False, admin=False).returncode != 0
 
 
@@ -348,21 +364,21 @@ def test_the_prefetch_command_labels_its_node_through_the_agent_identity(
     kube_cluster.add_cpu_node("t6-cpu")
     kube_cluster.add_gpu_node("t6-gpu-1", product=product, gpus=8)
     site = write_site(tmp_path / "site.yaml", namespace="t6", product=product, replicas=1)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t6"):
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t6-prefetch"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
     # Forget what the fake agent did, then let the real one do it.
     node = get(kube_cluster, "node", "t6-gpu-1")["metadata"]["labels"]
     for key in [k for k in node if k.startswith("weights.sealift.dev/")]:
         kube_cluster.kubectl("label", "node", "t6-gpu-1", f"{key}-")
-    pod = get(kube_cluster, "pods", "-n", "t6", "-l", "app.kubernetes.io/name=sealift-prefetch")[
-        "items"
-    ][0]
+    pod = get(
+        kube_cluster, "pods", "-n", "t6-prefetch", "-l", "app.kubernetes.io/name=sealift-prefetch"
+    )["items"][0]
     token = kube_cluster.kubectl(
         "create",
         "token",
         "sealift-prefetch",
         "-n",
-        "t6",
+        "t6-prefetch",
         "--bound-object-kind",
         "Pod",
         "--bound-object-name",
@@ -434,7 +450,7 @@ def test_a_mirror_tag_moved_after_install_is_refused_before_anything_is_applied(
     kube_cluster.add_cpu_node("t7-cpu")
     kube_cluster.add_gpu_node("t7-gpu-1", product=product, gpus=8)
     site = write_site(tmp_path / "site.yaml", namespace="t7", product=product, replicas=1)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t7"):
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t7-prefetch"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
     # Someone with write access to the mirror points the operator's tag at another image.
     base = f"docker://{registry.host}/mirror/nvidia"

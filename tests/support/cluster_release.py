@@ -56,9 +56,12 @@ apiVersion: sealift.dev/v1alpha1
 kind: Site
 metadata: {{name: dc1}}
 namespace: {namespace}
+prefetchNamespace: {namespace}-prefetch
 gpuOperator:
   namespace: {operator_namespace}
-  driver: {{strategy: precompiled}}
+  driver:
+    strategy: precompiled
+    tags: [580-5.15.0-78-generic-ubuntu22.04, 580-5.14.0-427.13.1.el9_4-rhel9.4]
 nodePools:
   - name: h100
     gpuProduct: {product}

@@ -4,7 +4,8 @@ kwok makes scheduled pods Running and Ready, but nothing runs in them. This back
 the two parts whose effects install waits for:
 
 - the operator: once the ClusterPolicy exists, its status becomes ``ready`` (GPU capacity is on
-  the fake nodes from the start, as the device plugin would report it);
+  the fake nodes from the start, as the device plugin would report it), and a node asked for a
+  MIG layout (``nvidia.com/mig.config``) reports ``nvidia.com/mig.config.state=success``;
 - each prefetch agent: for every Ready prefetch pod, it labels the pod's node exactly as the real
   agent does, through sealift's own ``apply_node_labels`` and with a service-account token bound
   to that pod, so the RBAC and the admission policy install rendered are what allow it. Versions
@@ -52,6 +53,7 @@ class FakeGpuStack:
         while not self._stop.wait(0.5):
             try:
                 self._operator()
+                self._mig_manager()
                 self._agents()
             except Exception as problem:  # keep playing; the test reads .errors
                 self.errors.append(str(problem))
@@ -70,6 +72,22 @@ class FakeGpuStack:
                     "--type=merge",
                     "-p",
                     '{"status":{"state":"ready"}}',
+                )
+
+    def _mig_manager(self) -> None:
+        nodes = self._kubectl(
+            "get", "nodes", "-l", "nvidia.com/mig.config", "-o", "json", check=False
+        )
+        if nodes.returncode != 0:
+            return
+        for node in json.loads(nodes.stdout).get("items", []):
+            if node["metadata"]["labels"].get("nvidia.com/mig.config.state") != "success":
+                self._kubectl(
+                    "label",
+                    "node",
+                    node["metadata"]["name"],
+                    "--overwrite",
+                    "nvidia.com/mig.config.state=success",
                 )
 
     def _agents(self) -> None:

@@ -14,6 +14,9 @@ from pathlib import Path
 import yaml
 
 # component key -> (repository, image, version); gfd shares the device plugin's image, as upstream.
+# As upstream, the operator's and validator's values carry no version (the templates default it
+# to the chart's appVersion), NFD's carry no tag (its subchart's appVersion), and the driver's
+# version is what the operator extends with the node's kernel and OS: it pulls DRIVER_TAGS.
 COMPONENTS: dict[str, tuple[str, str, str]] = {
     "operator": ("nvcr.io/nvidia", "gpu-operator", "v26.7.0"),
     "validator": ("nvcr.io/nvidia/cloud-native", "gpu-operator-validator", "v26.7.0"),
@@ -26,19 +29,27 @@ COMPONENTS: dict[str, tuple[str, str, str]] = {
     "migManager": ("nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.13.0"),
 }
 NFD_IMAGE = ("registry.k8s.io/nfd/node-feature-discovery", "v0.18.2")
+DRIVER_TAGS = ("580-5.15.0-78-generic-ubuntu22.04", "580-5.14.0-427.13.1.el9_4-rhel9.4")
+_UNVERSIONED = ("operator", "validator")
 
 
 def bundle_image_refs() -> list[str]:
     """The bundle-local refs (repository:tag without the host) of every image the chart runs."""
     refs = {
-        f"{repo.split('/', 1)[1]}/{image}:{version}" for repo, image, version in COMPONENTS.values()
+        f"{repo.split('/', 1)[1]}/{image}:{version}"
+        for key, (repo, image, version) in COMPONENTS.items()
+        if key != "driver"
     }
+    driver_repo, driver_image, _ = COMPONENTS["driver"]
+    refs |= {f"{driver_repo.split('/', 1)[1]}/{driver_image}:{tag}" for tag in DRIVER_TAGS}
     refs.add(f"{NFD_IMAGE[0].split('/', 1)[1]}:{NFD_IMAGE[1]}")
     return sorted(refs)
 
 
 def _component(key: str) -> dict[str, object]:
     repository, image, version = COMPONENTS[key]
+    if key in _UNVERSIONED:
+        return {"repository": repository, "image": image}
     return {"repository": repository, "image": image, "version": version}
 
 
@@ -134,7 +145,7 @@ spec:
       containers:
         - name: gpu-operator
           {{- with .Values.operator }}
-          image: "{{ .repository }}/{{ .image }}:{{ .version }}"
+          image: "{{ .repository }}/{{ .image }}:{{ .version | default $.Chart.AppVersion }}"
           {{- end }}
           env:
             - name: OPERATOR_NAMESPACE
@@ -191,7 +202,7 @@ spec:
     spec:
       containers:
         - name: master
-          image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+          image: "{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}"
 ---
 apiVersion: apps/v1
 kind: DaemonSet
@@ -211,7 +222,25 @@ spec:
         - operator: Exists
       containers:
         - name: worker
-          image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+          image: "{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}"
+"""
+
+# Like upstream's CRD-upgrade Job: a Helm hook, which sealift must neither render nor run.
+_HOOK = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: gpu-operator-upgrade-crd
+  namespace: {{ .Release.Namespace }}
+  annotations:
+    helm.sh/hook: pre-upgrade
+spec:
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers:
+        - name: upgrade-crd
+          image: "docker.io/bitnami/kubectl:latest"
 """
 
 
@@ -243,7 +272,7 @@ def write_gpu_operator_chart(path: Path, *, version: str = "v26.7.0") -> Path:
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         },
         "nfd": {"enabled": True},
-        "node-feature-discovery": {"image": {"repository": NFD_IMAGE[0], "tag": NFD_IMAGE[1]}},
+        "node-feature-discovery": {"image": {"repository": NFD_IMAGE[0]}},
     }
     meta = {
         "apiVersion": "v2",
@@ -260,11 +289,14 @@ def write_gpu_operator_chart(path: Path, *, version: str = "v26.7.0") -> Path:
     (chart / "crds" / "nvidia.com_clusterpolicies.yaml").write_text(yaml.safe_dump(_CRD))
     (chart / "templates" / "operator.yaml").write_text(_OPERATOR)
     (chart / "templates" / "clusterpolicy.yaml").write_text(_CLUSTER_POLICY)
-    (sub / "Chart.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "v2", "name": "node-feature-discovery", "version": "0.18.2"})
-    )
-    (sub / "values.yaml").write_text(
-        yaml.safe_dump({"image": {"repository": NFD_IMAGE[0], "tag": NFD_IMAGE[1]}})
-    )
+    (chart / "templates" / "upgrade-crd.yaml").write_text(_HOOK)
+    sub_meta = {
+        "apiVersion": "v2",
+        "name": "node-feature-discovery",
+        "version": "0.18.2",
+        "appVersion": NFD_IMAGE[1],
+    }
+    (sub / "Chart.yaml").write_text(yaml.safe_dump(sub_meta))
+    (sub / "values.yaml").write_text(yaml.safe_dump({"image": {"repository": NFD_IMAGE[0]}}))
     (sub / "templates" / "nfd.yaml").write_text(_NFD)
     return chart
