@@ -209,6 +209,8 @@ def render_plan(plan: ClusterPlan, out_dir: Path) -> list[Path]:
         f"# Rendered by sealift for site {plan.inputs.site.name}, release {plan.inputs.release}"
         f" {plan.inputs.version} (bundle {plan.inputs.bundle_digest}).\n"
         "# Apply in file order; every image comes from the mirror. Do not edit: re-render.\n"
+        "# Prefetch agents keep keepVersions + 1 versions per node here, as install does while a\n"
+        "# rollout runs (install then lowers it); GitOps keeps the previous version on disk.\n"
     )
     for name, group in zip(RENDER_FILES, plan.groups(), strict=True):
         text = header + yaml.safe_dump_all(list(group), sort_keys=False, explicit_start=True)

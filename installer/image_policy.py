@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealift.errors import InputError
+from sealift.installer.kube_cluster import object_label
 from sealift.installer.mirror import MirrorTarget
 
 
@@ -23,12 +24,6 @@ class ImageUse:
     object_name: str
     where: str
     image: str
-
-
-def _object_name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
-    return f"{obj.get('kind', '?')} {namespace}{meta.get('name', '?')}"
 
 
 def _walk(node: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -69,7 +64,7 @@ def image_uses(objects: list[dict[str, Any]]) -> list[ImageUse]:
     """Every image every object names."""
     uses: list[ImageUse] = []
     for obj in objects:
-        name = _object_name(obj)
+        name = object_label(obj)
         for where, image in _walk({k: v for k, v in obj.items() if k != "metadata"}, ""):
             uses.append(ImageUse(name, where, image))
     return uses

@@ -14,14 +14,9 @@ from typing import Any
 import jsonschema
 
 from sealift.errors import InputError
+from sealift.installer.kube_cluster import object_label
 
 KUBERNETES_VERSION = "1.37.0"
-
-
-def _name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
-    return f"{obj.get('kind', '?')} {namespace}{meta.get('name', '?')}"
 
 
 def _path(parts: Any) -> str:
@@ -92,7 +87,7 @@ def validate_objects(
             if errors:
                 error = errors[-1]
                 raise InputError(
-                    f"{_name(obj)}: {_path(error.absolute_path)}: {error.message[:200]}",
+                    f"{object_label(obj)}: {_path(error.absolute_path)}: {error.message[:200]}",
                     hint="the rendered object does not match its CRD's schema; nothing was applied",
                 )
             continue
@@ -100,12 +95,12 @@ def validate_objects(
             kubernetes_validate.validate(obj, kubernetes_version, strict=True)
         except kubernetes_validate.SchemaNotFoundError as missing:
             raise InputError(
-                f"{_name(obj)}: no schema for {key[0]} {key[1]}",
+                f"{object_label(obj)}: no schema for {key[0]} {key[1]}",
                 hint="a custom resource needs its CRD in the same render; nothing was applied",
             ) from missing
         except kubernetes_validate.ValidationError as bad:
             raise InputError(
-                f"{_name(obj)}: {_path(bad.path)}: {bad.message[:200]}",
+                f"{object_label(obj)}: {_path(bad.path)}: {bad.message[:200]}",
                 hint=f"not valid Kubernetes {kubernetes_version}; nothing was applied",
             ) from bad
     return len(objects)

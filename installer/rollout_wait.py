@@ -171,7 +171,16 @@ def deployment_check(
         updated, ready = status.updatedReplicas or 0, status.readyReplicas or 0
         available, total = status.availableReplicas or 0, status.replicas or 0
         if updated == wanted and ready == wanted and available == wanted and total == wanted:
-            return None
+            # Replaced pods may still be draining requests, on the old weights: wait for them.
+            selector = spec.selector.matchLabels
+            draining = [
+                p for p in _pods(cluster, namespace, selector) if p.metadata.deletionTimestamp
+            ]
+            if not draining:
+                return None
+            return (
+                f"{len(draining)} replaced pod(s) still draining, e.g. {draining[0].metadata.name}"
+            )
         problem = _first_pod_problem(cluster, namespace, spec.selector.matchLabels)
         counts = f"{updated}/{wanted} new pods, {total - updated} old, {ready} ready"
         if problem and "Insufficient nvidia.com/gpu" in problem:

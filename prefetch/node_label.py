@@ -83,7 +83,7 @@ def apply_node_labels(
             node_name,
             body,
             patch_type=PatchType.APPLY,
-            field_manager=FIELD_MANAGER_PREFIX + model_name[:40],
+            field_manager=FIELD_MANAGER_PREFIX + model_name,
             force=True,
         )
     except ApiError as problem:
