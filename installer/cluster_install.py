@@ -14,7 +14,7 @@ import datetime
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from sealift.installer.rollout_wait import (
     wait_until,
 )
 from sealift.installer.site_file import GPU_PRODUCT_LABEL, MIG_CONFIG_LABEL, Site
-from sealift.prefetch.node_label import weights_label
+from sealift.prefetch.node_label import label_value, weights_label
 from sealift.progress import Progress
 
 RENDER_FILES = ("10-gpu-operator.yaml", "20-prefetch.yaml", "30-serving.yaml")
@@ -65,6 +65,15 @@ class ClusterPlan:
 
     def groups(self) -> tuple[tuple[dict[str, Any], ...], ...]:
         return (self.operator, self.prefetch, self.serving)
+
+    def with_keep(self, keep: Mapping[str, int]) -> ClusterPlan:
+        """The same plan with the agents keeping ``keep`` versions; only their objects change."""
+        prefetch, serving = stack_render.stack_objects(self.inputs, keep=keep)
+        # Only the agents' arguments differ from the checked plan: check those objects again.
+        agents = [o for o in prefetch if o["kind"] == "DaemonSet"]
+        validate_objects(agents)
+        check_images(agents, self.inputs.mirror, pinned=True)
+        return replace(self, prefetch=tuple(prefetch), serving=tuple(serving))
 
 
 def _chart_archive(source: BlobSource, manifest: BundleManifest, name: str, work: Path) -> Path:
@@ -265,23 +274,22 @@ def models_to_protect(cluster: KubeCluster, plan: ClusterPlan) -> set[str]:
 
 
 def install_cluster(
-    plan_for: Any,
+    planned: ClusterPlan,
     cluster: KubeCluster,
     *,
     progress: Progress,
     timeouts: Mapping[str, int],
 ) -> ClusterResult:
-    """Apply and wait, phase by phase. ``plan_for(keep)`` makes the plan for a keep mapping."""
+    """Apply and wait, phase by phase: operator, agents, vLLM, then the agents' final keep."""
     from lightkube.generic_resource import get_generic_resource
 
     started = datetime.datetime.now(datetime.UTC)
-    first: ClusterPlan = plan_for(None)
-    site = first.inputs.site
-    protect = models_to_protect(cluster, first)
+    site = planned.inputs.site
+    protect = models_to_protect(cluster, planned)
     during = {
         m.name: site.weights.keep_versions + (1 if m.name in protect else 0) for m in site.models
     }
-    plan: ClusterPlan = plan_for(during)
+    plan = planned.with_keep(during)
     applied: list[Applied] = []
     waits: list[WaitResult] = []
 
@@ -319,7 +327,7 @@ def install_cluster(
                 hint="kubectl logs -n " + site.operator_namespace + " -l app=nvidia-mig-manager",
             )
         )
-    applied += _apply_and_wait_prefetch(cluster, plan, progress, timeouts, waits)
+    applied += _apply_and_wait_prefetch(cluster, plan, during, progress, timeouts, waits)
     progress.note(f"applying {len(plan.serving)} serving objects")
     applied += cluster.apply_all(list(plan.serving))
     for serving in site.models:
@@ -344,8 +352,8 @@ def install_cluster(
     final_keep = {m.name: site.weights.keep_versions for m in site.models}
     if final_keep != during:
         # The rollout is complete: the old weights can go now, node by node.
-        final = plan_for(final_keep)
-        applied += _apply_and_wait_prefetch(cluster, final, progress, timeouts, waits)
+        final = plan.with_keep(final_keep)
+        applied += _apply_and_wait_prefetch(cluster, final, final_keep, progress, timeouts, waits)
     return ClusterResult(tuple(applied), tuple(waits), upgraded)
 
 
@@ -372,6 +380,7 @@ def _label_mig_layouts(cluster: KubeCluster, site: Site, progress: Progress) -> 
 def _apply_and_wait_prefetch(
     cluster: KubeCluster,
     plan: ClusterPlan,
+    keep: Mapping[str, int],
     progress: Progress,
     timeouts: Mapping[str, int],
     waits: list[WaitResult],
@@ -404,6 +413,7 @@ def _apply_and_wait_prefetch(
                     name,
                     label=weights_label(model.digest),
                     selector=stack_render.pool_selector(pool),
+                    sole_value=label_value(model.name) if keep[serving.name] == 1 else "",
                 ),
                 timeout=timeouts["prefetch"],
                 progress=progress,
@@ -498,7 +508,6 @@ class PreparedCluster:
 
     options: ClusterOptions
     cluster: KubeCluster
-    plan_for: Any
     plan: ClusterPlan
 
 
@@ -519,20 +528,18 @@ def prepare_cluster_side(
     version = cluster.server_version()
     check_server_version(version)
 
-    def plan_for(keep: Mapping[str, int] | None) -> ClusterPlan:
-        return plan_cluster(
-            source,
-            manifest,
-            site=options.site,
-            mirror=mirror,
-            store=store,
-            trust_files=trust_files,
-            helm=helm,
-            kube_version=version or None,
-            keep=keep,
-        )
-
-    return PreparedCluster(options, cluster, plan_for, plan_for(None))
+    # The chart is rendered and checked once; later phases change only the agents' keep.
+    plan = plan_cluster(
+        source,
+        manifest,
+        site=options.site,
+        mirror=mirror,
+        store=store,
+        trust_files=trust_files,
+        helm=helm,
+        kube_version=version or None,
+    )
+    return PreparedCluster(options, cluster, plan)
 
 
 def check_mirror_tags(prepared: PreparedCluster, registry: Any) -> None:
@@ -560,9 +567,7 @@ def run_cluster_side(
     audit.record(
         "cluster-start", site=options.site.name, checkedImages=prepared.plan.checked_images
     )
-    result = install_cluster(
-        prepared.plan_for, prepared.cluster, progress=progress, timeouts=timeouts
-    )
+    result = install_cluster(prepared.plan, prepared.cluster, progress=progress, timeouts=timeouts)
     for item in result.applied:
         if item.changed:
             audit.record("object-applied", kind=item.kind, namespace=item.namespace, name=item.name)

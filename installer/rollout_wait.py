@@ -49,6 +49,8 @@ def wait_until(
     """Poll ``check`` until it returns None; on timeout raise StallError with its last reason."""
     start = time.monotonic()
     last = ""
+    # Start with short sleeps (a wait often ends within a second) and back off to ``poll``.
+    pause = min(0.25, poll)
     while True:
         try:
             reason = check()
@@ -64,7 +66,8 @@ def wait_until(
             last = reason
         if waited >= timeout:
             raise StallError(f"{what} not ready after {_duration(waited)}: {reason}", hint=hint)
-        time.sleep(min(poll, max(timeout - waited, 0.05)))
+        time.sleep(min(pause, max(timeout - waited, 0.05)))
+        pause = min(pause * 2, poll)
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -218,9 +221,19 @@ def _first_pod_problem(
 
 
 def daemonset_check(
-    cluster: KubeCluster, namespace: str, name: str, *, label: str, selector: dict[str, str]
+    cluster: KubeCluster,
+    namespace: str,
+    name: str,
+    *,
+    label: str,
+    selector: dict[str, str],
+    sole_value: str = "",
 ) -> Callable[[], str | None]:
-    """Every node the DaemonSet runs on has an updated, ready agent and the weights label."""
+    """Every node the DaemonSet runs on has an updated, ready agent and the weights label.
+
+    With ``sole_value``, no other weights label with that value (another version of the same
+    model) may remain: the agents have removed the old version.
+    """
     from lightkube.resources.apps_v1 import DaemonSet
     from lightkube.resources.core_v1 import Node
 
@@ -252,6 +265,18 @@ def daemonset_check(
         missing = sorted(n.metadata.name for n in nodes if label not in (n.metadata.labels or {}))
         if missing:
             return f"nodes without the weights label {label}: {', '.join(missing[:5])}"
+        if sole_value:
+            prefix = label.rpartition("/")[0] + "/"
+            stale = sorted(
+                n.metadata.name
+                for n in nodes
+                if any(
+                    k.startswith(prefix) and k != label and v == sole_value
+                    for k, v in (n.metadata.labels or {}).items()
+                )
+            )
+            if stale:
+                return f"nodes still holding an older version: {', '.join(stale[:5])}"
         return None
 
     return check
