@@ -56,6 +56,7 @@ bench: deps
 	$(BIN)/python bench/bench_verify.py
 	$(BIN)/python bench/bench_weights.py
 	$(BIN)/python bench/bench_install.py
+	$(BIN)/python bench/bench_prefetch_image.py
 	$(BIN)/python bench/bench_cluster.py
 
 # A real Kubernetes control plane and helm for the cluster-side tests (needs Go on PATH):
