@@ -215,9 +215,35 @@ def _first_pod_problem(
         if pod.metadata.deletionTimestamp is not None:
             continue
         problem = pod_problem(pod)
+        if problem and problem.endswith("not ready yet"):
+            # No container state says why (a volume that cannot mount, a missing Secret):
+            # the kubelet's last warning about the pod does.
+            warning = last_warning(cluster, namespace, pod.metadata.name)
+            if warning:
+                problem = f"{problem}; {warning}"
         if problem:
             return problem
     return None
+
+
+def last_warning(cluster: KubeCluster, namespace: str, pod: str) -> str:
+    """The newest Warning event about a pod, as ``Reason: message``; "" when there is none."""
+    from lightkube.resources.core_v1 import Event
+
+    events = [
+        e
+        for e in cluster.list(Event, namespace=namespace, fields={"involvedObject.name": pod})
+        if e.type == "Warning"
+    ]
+    if not events:
+        return ""
+
+    def when(event: Any) -> datetime.datetime:
+        stamp = event.lastTimestamp or event.eventTime or event.metadata.creationTimestamp
+        return stamp or datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+    newest = max(events, key=when)
+    return f"{newest.reason}: {(newest.message or '').strip()}"
 
 
 def daemonset_check(

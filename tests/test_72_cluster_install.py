@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -474,3 +475,52 @@ def test_a_mirror_tag_moved_after_install_is_refused_before_anything_is_applied(
         result.stderr
     )
     assert resource_versions(kube_cluster, "t7") == before
+
+
+def test_a_pod_stuck_without_container_state_is_explained_by_its_last_warning(
+    kube_cluster: Any, tmp_path: Path
+) -> None:
+    """A pod that cannot mount its Secret shows no container state: the event says why."""
+    from sealift.installer.kube_cluster import KubeCluster as Cluster
+    from sealift.installer.rollout_wait import deployment_check
+
+    namespace = kube_cluster.create_namespace("t8")
+    # Bound to a node with no kubelet (not even kwok's): the pod stays Pending with no status.
+    kube_cluster.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "v", "namespace": namespace},
+            "spec": {
+                "selector": {"matchLabels": {"app": "v"}},
+                "template": {
+                    "metadata": {"labels": {"app": "v"}},
+                    "spec": {"nodeName": "t8-gone", "containers": [{"name": "c", "image": "x"}]},
+                },
+            },
+        }
+    )
+    deadline = time.monotonic() + 30
+    pods: list[Any] = []
+    while not pods and time.monotonic() < deadline:
+        pods = get(kube_cluster, "pods", "-n", namespace)["items"]
+        time.sleep(0.2)
+    pod = pods[0]["metadata"]["name"]
+    kube_cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod}.mount", "namespace": namespace},
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+            "type": "Warning",
+            "reason": "FailedMount",
+            "message": 'MountVolume.SetUp failed for volume "aws": secret "sealift-weights-reader"'
+            " not found",
+            "lastTimestamp": "2026-11-30T08:00:00Z",
+            "firstTimestamp": "2026-11-30T08:00:00Z",
+            "source": {"component": "kubelet"},
+        }
+    )
+    reason = deployment_check(Cluster(kube_cluster.kubeconfig), namespace, "v")()
+    assert reason is not None
+    assert 'FailedMount: MountVolume.SetUp failed for volume "aws": secret' in reason, reason
