@@ -244,6 +244,7 @@ class ClusterResult:
     applied: tuple[Applied, ...]
     waits: tuple[WaitResult, ...]
     upgraded: tuple[str, ...] = field(default_factory=tuple)
+    pruned: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def changed(self) -> int:
@@ -354,7 +355,54 @@ def install_cluster(
         # The rollout is complete: the old weights can go now, node by node.
         final = plan.with_keep(final_keep)
         applied += _apply_and_wait_prefetch(cluster, final, final_keep, progress, timeouts, waits)
-    return ClusterResult(tuple(applied), tuple(waits), upgraded)
+    pruned = prune_removed(cluster, plan, progress)
+    return ClusterResult(tuple(applied), tuple(waits), upgraded, tuple(pruned))
+
+
+# What a model leaves behind in the cluster, in the order it is removed (serving first, so no
+# pod still needs the weights when the agent that keeps them goes).
+_PRUNED_KINDS = ("Deployment", "Service", "PodDisruptionBudget", "DaemonSet")
+
+
+def prune_removed(cluster: KubeCluster, plan: ClusterPlan, progress: Progress) -> list[str]:
+    """Delete the serving and prefetch objects of models the site file no longer names.
+
+    Only objects sealift made for this site are candidates (its managed-by and site labels),
+    and only once everything the site file does name is rolled out. The weights stay on the
+    nodes' disks: the agents that would remove them are what is being removed.
+    """
+    from lightkube.resources.apps_v1 import DaemonSet, Deployment
+    from lightkube.resources.core_v1 import Service
+    from lightkube.resources.policy_v1 import PodDisruptionBudget
+
+    site = plan.inputs.site
+    kinds = {
+        "Deployment": Deployment,
+        "Service": Service,
+        "PodDisruptionBudget": PodDisruptionBudget,
+        "DaemonSet": DaemonSet,
+    }
+    wanted = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        for o in (*plan.prefetch, *plan.serving)
+    }
+    selector = {
+        "app.kubernetes.io/managed-by": stack_render.MANAGED_BY,
+        "sealift.dev/site": site.name,
+    }
+    pruned = []
+    for kind in _PRUNED_KINDS:
+        for namespace in (site.namespace, site.prefetch_namespace):
+            for found in cluster.list(kinds[kind], namespace=namespace, labels=selector):
+                key = (kind, namespace, found.metadata.name)
+                if key in wanted:
+                    continue
+                cluster.delete(kinds[kind], found.metadata.name, namespace)
+                pruned.append(f"{kind} {namespace}/{found.metadata.name}")
+                progress.note(
+                    f"removed {kind} {namespace}/{found.metadata.name}: no longer in {site.source}"
+                )
+    return pruned
 
 
 def _label_mig_layouts(cluster: KubeCluster, site: Site, progress: Progress) -> list[Applied]:
@@ -571,6 +619,8 @@ def run_cluster_side(
     for item in result.applied:
         if item.changed:
             audit.record("object-applied", kind=item.kind, namespace=item.namespace, name=item.name)
+    for removed in result.pruned:
+        audit.record("object-removed", object=removed)
     audit.record("cluster-done", changed=result.changed, upgraded=list(result.upgraded))
     return result
 

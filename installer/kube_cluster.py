@@ -228,6 +228,18 @@ class KubeCluster:
         except Exception as problem:
             raise translate(f"get {name}", problem) from problem
 
+    def delete(self, kind: Any, name: str, namespace: str | None = None) -> None:
+        """Delete an object; one already gone is fine."""
+        from lightkube.core.exceptions import ApiError
+
+        try:
+            self._client.delete(kind, name, namespace=namespace)
+        except ApiError as problem:
+            if problem.status.code != 404:
+                raise translate(f"delete {kind.__name__} {name}", problem) from problem
+        except Exception as problem:
+            raise translate(f"delete {kind.__name__} {name}", problem) from problem
+
     def list(self, kind: Any, **kwargs: Any) -> Iterator[Any]:
         """Objects of ``kind`` (label and field selectors as lightkube takes them)."""
         return iter(

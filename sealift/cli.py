@@ -650,6 +650,7 @@ def install_command(
                     "objectsApplied": len(applied.applied),
                     "objectsChanged": applied.changed,
                     "upgraded": list(applied.upgraded),
+                    "removed": list(applied.pruned),
                     "waits": [
                         {"what": w.what, "seconds": round(w.seconds, 1)} for w in applied.waits
                     ],
@@ -675,6 +676,8 @@ def install_command(
         )
     if applied is not None:
         upgraded = f"; upgraded {', '.join(applied.upgraded)}" if applied.upgraded else ""
+        if applied.pruned:
+            upgraded += f"; removed {len(applied.pruned)} objects the site file no longer names"
         click.echo(
             f"cluster: {len(applied.applied)} objects applied, {applied.changed} changed"
             f"{upgraded}; {len(applied.waits)} waits, {sum(w.seconds for w in applied.waits):.0f}s;"

@@ -524,3 +524,39 @@ def test_a_pod_stuck_without_container_state_is_explained_by_its_last_warning(
     reason = deployment_check(Cluster(kube_cluster.kubeconfig), namespace, "v")()
     assert reason is not None
     assert 'FailedMount: MountVolume.SetUp failed for volume "aws": secret' in reason, reason
+
+
+def test_objects_of_a_model_the_site_no_longer_names_are_removed(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    product = "NVIDIA-H100-T9"
+    kube_cluster.add_cpu_node("t9-cpu")
+    kube_cluster.add_gpu_node("t9-gpu-1", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace="t9", product=product, replicas=1)
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t9-prefetch") as fake:
+        first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
+        assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
+        # The same model, now served under another name: the old objects must go.
+        site.write_text(
+            site.read_text().replace("    pool: h100", "    pool: h100\n    deployment: chat")
+        )
+        result = install(kube_cluster, registry, s3, releases, "2026.12.0", site, "--json")
+        assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
+    removed = json.loads(result.stdout)["cluster"]["removed"]
+    assert sorted(removed) == sorted(
+        [
+            f"Deployment t9/{DEPLOYMENT}",
+            f"Service t9/{DEPLOYMENT}",
+            f"PodDisruptionBudget t9/{DEPLOYMENT}",
+            f"DaemonSet t9-prefetch/sealift-prefetch-{DEPLOYMENT}",
+        ]
+    )
+    assert [d["metadata"]["name"] for d in get(kube_cluster, "deploy", "-n", "t9")["items"]] == [
+        "chat"
+    ]
+    names = [d["metadata"]["name"] for d in get(kube_cluster, "ds", "-n", "t9-prefetch")["items"]]
+    assert names == ["sealift-prefetch-chat"]
