@@ -48,7 +48,7 @@ wheelhouse: $(VENV_STAMP)
 test: deps lint k8s-tools wheelhouse
 	$(BIN)/pytest -q
 
-demo: deps k8s-tools
+demo: deps k8s-tools wheelhouse
 	$(BIN)/python examples/demo.py
 
 bench: deps

@@ -4,7 +4,8 @@ Starts Debian's docker-registry and an S3 server (moto) on loopback, generates a
 release (a multi-arch vLLM-like image, the operator image, a layout, two archives, two charts, a
 model and a CA file), then runs what each party would run:
 
-* the vendor builds a signed bundle, as a directory and as a tar cut into parts;
+* the vendor builds a signed bundle, as a directory and as a tar cut into parts, with the
+  prefetch image built in (sealift's own layer on a Python base, from the wheelhouse);
 * the customer's security team verifies it offline and re-signs the weights with its own key;
 * the platform team verifies everything under the trust policy and installs it into the
   registry mirror and the weight store;
@@ -28,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.fake_gpu_stack import FakeGpuStack  # noqa: E402 - after the path set-up
+from support.content import write_python_base_image  # noqa: E402 - after the path set-up
+from support.fake_gpu_stack import FakeGpuStack  # noqa: E402
 from support.k8s_cluster import KubeCluster, missing_k8s_tools  # noqa: E402
 from support.pki import write_key_pair  # noqa: E402
 from support.registry_server import RegistryServer  # noqa: E402
@@ -63,6 +65,7 @@ def main() -> None:
         s3.client().create_bucket(Bucket="models")
         print(f"registry on {registry.url}, S3 on {s3.endpoint}; generating a small release ...")
         release = make_release(OUT / "release", registry.host, shard_size=8 * 1024 * 1024)
+        with_prefetch_image(release.bundle_file)
         print(release.bundle_file.read_text())
         common = ["-f", str(release.bundle_file), "--plain-http", registry.host]
         bundle = str(OUT / "llama70b-2026.12")
@@ -90,6 +93,30 @@ def main() -> None:
              "--policy", str(policy))  # fmt: skip
         cluster_side(bundle, registry, s3, policy)
     print(f"\ndemo finished: bundles, audit log, manifests and the node's store are in {OUT}")
+
+
+WHEELS = ROOT / ".cache" / "wheelhouse-linux-amd64-py3.11"
+
+
+def with_prefetch_image(bundle_file: Path) -> None:
+    """Let bundle create build the real prefetch image: sealift's layer on a Python base.
+
+    The base is a small generated stand-in for python:3.11-slim; the layer is the real one,
+    installed from the wheelhouse `make wheelhouse` builds.
+    """
+    if not any(WHEELS.glob("sealift-*.whl")):
+        print(f"(no wheelhouse at {WHEELS}: the demo keeps a stand-in prefetch image)")
+        return
+    write_python_base_image(bundle_file.parent / "images" / "python", ref_name="python:3.11")
+    text = bundle_file.read_text().replace(
+        "  - layout: ./images/prefetch\n    ref: sealift/prefetch:1.0\n",
+        "  - layout: ./images/python\n    ref: library/python:3.11-slim\n"
+        "    sourceRef: python:3.11\n",
+    )
+    text += (
+        f"prefetchImage:\n  base: library/python:3.11-slim\n  wheels: {WHEELS}\n  python: '3.11'\n"
+    )
+    bundle_file.write_text(text)
 
 
 SITE = """\
