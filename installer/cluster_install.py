@@ -309,7 +309,6 @@ def install_cluster(
                 site.operator_namespace,
                 policy,
                 products,
-                mig=site.mig_strategy == "mixed",
                 since=started,
             ),
             timeout=timeouts["operator"],

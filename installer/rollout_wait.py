@@ -330,7 +330,6 @@ def operator_check(
     policy: Any,
     products: list[str],
     *,
-    mig: bool,
     since: datetime.datetime | None = None,
 ) -> Callable[[], str | None]:
     """The operator's Deployments rolled out, ClusterPolicy ready, GPUs allocatable per pool."""
@@ -359,13 +358,7 @@ def operator_check(
                 )
             for node in nodes:
                 allocatable = (node.status.allocatable or {}) if node.status else {}
-                gpus = [
-                    key
-                    for key, value in allocatable.items()
-                    if (key == "nvidia.com/gpu" or (mig and key.startswith("nvidia.com/mig-")))
-                    and str(value) not in ("0", "")
-                ]
-                if not gpus:
+                if str(allocatable.get("nvidia.com/gpu", "0")) in ("0", ""):
                     return f"node {node.metadata.name} has no allocatable nvidia.com/gpu yet"
         return None
 
