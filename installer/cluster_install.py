@@ -329,7 +329,10 @@ def install_cluster(
         )
     applied += _apply_and_wait_prefetch(cluster, plan, during, progress, timeouts, waits)
     progress.note(f"applying {len(plan.serving)} serving objects")
-    applied += cluster.apply_all(list(plan.serving))
+    guard = [o for o in plan.serving if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    applied += cluster.apply_all(guard)
+    _prove_serving_guard(cluster, site)
+    applied += cluster.apply_all([o for o in plan.serving if o not in guard])
     for serving in site.models:
         pool = site.pool(serving.pool)
         waits.append(
@@ -468,6 +471,37 @@ def _apply_and_wait_prefetch(
             )
         )
     return applied
+
+
+def _prove_serving_guard(cluster: KubeCluster, site: Site) -> None:
+    """A dry-run pod with the host's root mounted, in the serving namespace: refused?"""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sealift-guard-probe", "namespace": site.namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": "probe",
+                    "volumeMounts": [{"name": "root", "mountPath": "/host"}],
+                }
+            ],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+        },
+    }
+    deadline = time.monotonic() + 30
+    reason = ""
+    while time.monotonic() < deadline:
+        reason = cluster.dry_run_denial(probe)
+        if "ValidatingAdmissionPolicy" in reason:
+            return
+        time.sleep(0.5)
+    raise RemoteError(
+        "the API server does not enforce the serving namespace's pod policy"
+        f" ({reason or 'a dry-run pod mounting / was allowed'}); no serving pods were created",
+        hint="sealift needs ValidatingAdmissionPolicy (Kubernetes 1.30+, admission plugin on)",
+    )
 
 
 def _prove_agent_policy(cluster: KubeCluster, plan: ClusterPlan, progress: Progress) -> None:

@@ -188,6 +188,28 @@ class KubeCluster:
                 )
             time.sleep(0.2)
 
+    def dry_run_denial(self, obj: dict[str, Any]) -> str:
+        """Why the API server refuses to create ``obj``; "" when it would (a dry run: no change)."""
+        meta = obj["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods"
+
+        def create() -> Any:
+            # lightkube's create has no dry-run flag per call; its httpx client does the POST.
+            return self._client._client._client.post(
+                path,
+                params={"dryRun": "All"},
+                content=json.dumps(obj),
+                headers={"Content-Type": "application/json"},
+            )
+
+        response = self._call(f"dry-run create of {object_label(obj)}", create)
+        if response.status_code < 300:
+            return ""
+        try:
+            return str(response.json().get("message", response.text))
+        except ValueError:
+            return response.text
+
     def denial_as(
         self, user: str, groups: list[str], extra: dict[str, str], node: str, labels: dict[str, str]
     ) -> str:

@@ -424,6 +424,78 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
     }
 
 
+def serving_guard_objects(inputs: StackInputs) -> list[Object]:
+    """What the privileged Pod Security level of the serving namespace would otherwise allow.
+
+    hostPath needs that level, and the level then allows everything. This policy gives back
+    the restrictions that matter: hostPath only under the weights folder and only read-only,
+    no privileged containers, no host network, PID or IPC namespaces.
+    """
+    site = inputs.site
+    name = f"sealift-serving-pods-{site.namespace}"
+    labels = _labels(inputs, "sealift-serving-guard", name)
+    root = site.weights.host_path.rstrip("/") + "/"
+    containers = (
+        "((has(object.spec.initContainers) ? object.spec.initContainers : [])"
+        " + object.spec.containers)"
+    )
+    volumes = "(has(object.spec.volumes) ? object.spec.volumes : [])"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": site.namespace}
+                    },
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                },
+                "validations": [
+                    {
+                        "expression": f"{volumes}.all(v, !has(v.hostPath) ||"
+                        f" v.hostPath.path.startsWith('{root}'))",
+                        "message": f"in this namespace, hostPath volumes must be under {root}",
+                    },
+                    {
+                        "expression": f"{containers}.all(c, !has(c.volumeMounts) ||"
+                        f" c.volumeMounts.all(m, !{volumes}.exists(v, v.name == m.name &&"
+                        " has(v.hostPath)) || (has(m.readOnly) && m.readOnly)))",
+                        "message": "in this namespace, hostPath volumes are mounted read-only",
+                    },
+                    {
+                        "expression": f"{containers}.all(c, !has(c.securityContext) ||"
+                        " !has(c.securityContext.privileged) || !c.securityContext.privileged)",
+                        "message": "in this namespace, containers may not be privileged",
+                    },
+                    {
+                        "expression": "!(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
+                        " && !(has(object.spec.hostPID) && object.spec.hostPID)"
+                        " && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
+                        "message": "in this namespace, pods may not use the host's network,"
+                        " PID or IPC namespaces",
+                    },
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    ]
+
+
 def vllm_args(serving: ModelServing, model: Artifact) -> list[str]:
     """``vllm serve`` arguments from the site file; the model path pins the verified version."""
     args = [
@@ -637,7 +709,7 @@ def stack_objects(
     than the site's keepVersions, so a rollout never loses the weights the old pods still read.
     """
     prefetch: list[Object] = [*namespace_objects(inputs), *prefetch_access_objects(inputs)]
-    serving: list[Object] = []
+    serving: list[Object] = serving_guard_objects(inputs)
     default_keep = inputs.site.weights.keep_versions + 1
     for model in inputs.site.models:
         versions = (keep or {}).get(model.name, default_keep)

@@ -560,3 +560,51 @@ def test_objects_of_a_model_the_site_no_longer_names_are_removed(
     ]
     names = [d["metadata"]["name"] for d in get(kube_cluster, "ds", "-n", "t9-prefetch")["items"]]
     assert names == ["sealift-prefetch-chat"]
+
+
+@pytest.mark.parametrize(
+    ("volume", "mount", "security", "message"),
+    [
+        ({"hostPath": {"path": "/"}}, {"readOnly": True}, {}, "hostPath volumes must be under"),
+        ({"hostPath": {"path": "/opt/models/x"}}, {}, {}, "mounted read-only"),
+        ({"emptyDir": {}}, {}, {"privileged": True}, "may not be privileged"),
+    ],
+)
+def test_the_serving_namespace_refuses_what_its_privileged_level_would_allow(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+    volume: dict[str, Any],
+    mount: dict[str, Any],
+    security: dict[str, Any],
+    message: str,
+) -> None:
+    namespace = "t10"
+    if kube_cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+        product = "NVIDIA-H100-T10"
+        kube_cluster.add_cpu_node("t10-cpu")
+        kube_cluster.add_gpu_node("t10-gpu-1", product=product, gpus=8)
+        site = write_site(tmp_path / "site.yaml", namespace=namespace, product=product, replicas=1)
+        with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t10-prefetch"):
+            result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
+            assert result.exit_code == 0, result.output  # vLLM's own pods pass the policy
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"intruder-{len(message)}", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "securityContext": security,
+                    "volumeMounts": [{"name": "v", "mountPath": "/host", **mount}],
+                }
+            ],
+            "volumes": [{"name": "v", **volume}],
+        },
+    }
+    denied = kube_cluster.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
+    assert denied.returncode != 0 and message in denied.stderr, denied.stderr
