@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from sealift import media_types
+from sealift.audit_log import AuditLog
 from sealift.bundles import layout
 from sealift.bundles.blob_source import BlobSource
 from sealift.bundles.bundle_manifest import Artifact, BundleManifest
@@ -47,6 +48,7 @@ from sealift.installer.rollout_wait import (
 from sealift.installer.site_file import GPU_PRODUCT_LABEL, MIG_CONFIG_LABEL, Site
 from sealift.prefetch.node_label import label_value, weights_label
 from sealift.progress import Progress
+from sealift.registry_client import RegistryClient
 
 RENDER_FILES = ("10-gpu-operator.yaml", "20-prefetch.yaml", "30-serving.yaml")
 
@@ -156,7 +158,12 @@ def plan_cluster(
             values=overrides,
             kube_version=kube_version,
         )
-    operator = [_with_namespace(obj, site.operator_namespace) for obj in operator]
+    cluster_kinds = {
+        o["spec"]["names"]["kind"]
+        for o in operator
+        if o.get("kind") == "CustomResourceDefinition" and o["spec"].get("scope") == "Cluster"
+    }
+    operator = [_with_namespace(obj, site.operator_namespace, cluster_kinds) for obj in operator]
     gpu_operator.pin_workload_images(operator, matched)
     namespace = {
         "apiVersion": "v1",
@@ -181,13 +188,13 @@ def plan_cluster(
     )
 
 
+# Built-in kinds a chart may carry that have no namespace; a chart's own kinds say their scope
+# in their CRD (spec.scope), which _with_namespace reads from the same render.
 _CLUSTER_SCOPED = {
     "Namespace",
     "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
-    "ClusterPolicy",
-    "NodeFeatureRule",
     "RuntimeClass",
     "PriorityClass",
     "ValidatingAdmissionPolicy",
@@ -199,9 +206,9 @@ _CLUSTER_SCOPED = {
 }
 
 
-def _with_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+def _with_namespace(obj: dict[str, Any], namespace: str, cluster_kinds: set[str]) -> dict[str, Any]:
     # helm template leaves metadata.namespace out of charts that rely on --namespace at apply.
-    if obj.get("kind") in _CLUSTER_SCOPED:
+    if obj.get("kind") in _CLUSTER_SCOPED or obj.get("kind") in cluster_kinds:
         return obj
     meta = obj.setdefault("metadata", {})
     meta.setdefault("namespace", namespace)
@@ -623,7 +630,7 @@ def prepare_cluster_side(
     return PreparedCluster(options, cluster, plan)
 
 
-def check_mirror_tags(prepared: PreparedCluster, registry: Any) -> None:
+def check_mirror_tags(prepared: PreparedCluster, registry: RegistryClient) -> None:
     """Each chart image's mirror tag must still name the digest the bundle verified."""
     for repository, tag, artifact in chart_image_artifacts(prepared.plan):
         _, _, path = repository.partition("/")
@@ -638,7 +645,11 @@ def check_mirror_tags(prepared: PreparedCluster, registry: Any) -> None:
 
 
 def run_cluster_side(
-    prepared: PreparedCluster, *, registry: Any, progress: Progress, audit: Any
+    prepared: PreparedCluster,
+    *,
+    registry: RegistryClient | None,
+    progress: Progress,
+    audit: AuditLog,
 ) -> ClusterResult:
     """Tag check, then apply and wait, phase by phase; each step goes to the audit log."""
     if registry is not None:

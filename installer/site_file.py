@@ -76,6 +76,7 @@ class ModelServing:
     api_key: ApiKeySecret | None = None
     extra_args: tuple[str, ...] = ()
     image: str = ""
+    shutdown_timeout_flag: bool = True
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,7 @@ def load_site(path: Path) -> Site:
                 else None,
                 extra_args=tuple(entry.get("extraArgs", ())),
                 image=entry.get("image", ""),
+                shutdown_timeout_flag=entry.get("shutdownTimeoutFlag", True),
             )
         )
     namespace = document.get("namespace", DEFAULT_NAMESPACE)

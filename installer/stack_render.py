@@ -504,8 +504,9 @@ def vllm_args(serving: ModelServing, model: Artifact) -> list[str]:
         f"--served-model-name={serving.served_model_name or model.name}",
         f"--tensor-parallel-size={serving.tensor_parallel_size}",
         f"--port={VLLM_PORT}",
-        f"--shutdown-timeout={VLLM_SHUTDOWN_TIMEOUT}",
     ]
+    if serving.shutdown_timeout_flag:
+        args.append(f"--shutdown-timeout={VLLM_SHUTDOWN_TIMEOUT}")
     if serving.max_model_len is not None:
         args.append(f"--max-model-len={serving.max_model_len}")
     if serving.max_num_seqs is not None:

@@ -375,6 +375,20 @@ def test_bad_site_files_fail_with_one_line_naming_the_key(
     assert not out.exists()
 
 
+def test_older_vllm_images_can_go_without_the_shutdown_timeout_flag(
+    signed: dict[str, Path], tmp_path: Path
+) -> None:
+    site = write_site(tmp_path / "site.yaml")
+    site.write_text(
+        site.read_text().replace("    replicas:", "    shutdownTimeoutFlag: false\n    replicas:")
+    )
+    out = tmp_path / "m"
+    assert render(signed, site, out).exit_code == 0
+    deployment = find(load(out), "Deployment", "llama-3-3-70b-instruct")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--shutdown-timeout") for a in args)
+
+
 def test_extra_args_cannot_override_what_sealift_sets(
     signed: dict[str, Path], tmp_path: Path
 ) -> None:
