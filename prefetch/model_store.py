@@ -71,11 +71,19 @@ class ModelStore:
         return self.staging / VERIFIED / (path + ".json")
 
     def ready_record(self) -> dict[str, object] | None:
-        """The READY record of the final copy, if it is complete."""
+        """The READY record of the final copy, if it is complete and is this version's."""
+        if self.final.is_symlink():
+            return None  # the agent never publishes a link: someone else put it there
         try:
-            return json.loads((self.final / READY).read_text())
+            record = json.loads((self.final / READY).read_text())
         except (OSError, ValueError):
             return None
+        if (
+            not isinstance(record, dict)
+            or record.get("manifestDigest") != f"sha256:{self.digest_hex}"
+        ):
+            return None
+        return record
 
     def check_space(self, needed: int) -> None:
         """Refuse to start a download the filesystem cannot hold."""
@@ -113,10 +121,22 @@ class ModelStore:
         for folder, _, _ in os.walk(self.staging, topdown=False):
             fsync_path(Path(folder))
         self.model_dir.mkdir(parents=True, exist_ok=True)
-        if self.final.exists():
+        existing = self.ready_record() if self.final.exists() else None
+        if existing is not None and existing.get("manifestDigest") == record["manifestDigest"]:
             # Another run finished the same version first: theirs is as good as ours.
             shutil.rmtree(self.staging)
         else:
+            if self.final.exists() or self.final.is_symlink():
+                # Something sits where only a verified copy may: not ours, not trusted. Move it
+                # out of the way (never into a path a pod reads) and put the verified copy there.
+                discard = (
+                    self.dest / STAGING / f"discard-{self.name}-{self.digest_hex}-{os.getpid()}"
+                )
+                os.rename(self.final, discard)
+                if discard.is_dir() and not discard.is_symlink():
+                    shutil.rmtree(discard, ignore_errors=True)
+                else:
+                    discard.unlink()
             os.rename(self.staging, self.final)
         fsync_path(self.model_dir)
         self.point_current()

@@ -40,15 +40,17 @@ def label_value(model_name: str) -> str:
 
 def complete_versions(dest: Path, model_name: str) -> list[str]:
     """Manifest digests of the complete (READY) versions of ``model_name`` under ``dest``."""
-    from sealift.prefetch.model_store import READY
+    from sealift.prefetch.model_store import ModelStore
 
     folder = dest / model_name
     if not folder.is_dir():
         return []
+    # Only what the agent itself published counts: a READY record naming this very digest.
     return sorted(
         "sha256:" + entry.name
         for entry in folder.iterdir()
-        if len(entry.name) == 64 and not entry.is_symlink() and (entry / READY).is_file()
+        if len(entry.name) == 64
+        and ModelStore(dest, model_name, entry.name).ready_record() is not None
     )
 
 
