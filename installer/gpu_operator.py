@@ -191,6 +191,8 @@ def operator_values(
     overrides["daemonsets"] = {"tolerations": tolerations}
     # Images of components switched off by the overrides are not needed from the bundle.
     effective = _merge(values, overrides)
+    # The tags are checked against the version before any is looked for in the bundle.
+    driver_version = _driver_version(effective, site, chart) if site.driver_tags else ""
     matched = match_images(
         effective, app_versions, images, mirror, chart=chart, driver_tags=site.driver_tags
     )
@@ -209,6 +211,8 @@ def operator_values(
                 image.chart.path,
                 {"repository": image.mirror_repository, "tag": image.chart.tag},
             )
+    if driver_version:
+        overrides["driver"]["version"] = driver_version
     if site.mirror_pull_secret:
         # The mirror's credentials, by Secret name: component values take names, subcharts'
         # pod specs take {name} entries.
@@ -219,6 +223,33 @@ def operator_values(
             else:
                 _set(overrides, path[:1], {"imagePullSecrets": [{"name": site.mirror_pull_secret}]})
     return overrides, matched
+
+
+def _driver_version(values: dict[str, Any], site: Site, chart: str) -> str:
+    """The driver version the operator composes the site's tags from, checked against them.
+
+    Precompiled images are tagged ``<branch>-<kernel>-<os>`` and the operator wants the branch;
+    compiled ones ``<version>-<os>`` and it wants the version. A tag the operator would never
+    compose is a tag the nodes would never pull.
+    """
+    if site.driver_strategy == "precompiled":
+        branches = {tag.split("-", 1)[0] for tag in site.driver_tags}
+        if len(branches) != 1:
+            raise InputError(
+                f"{site.source}: gpuOperator.driver.tags name several driver branches"
+                f" ({', '.join(sorted(branches))})",
+                hint="precompiled tags are <branch>-<kernel>-<os>, all of one branch",
+            )
+        return branches.pop()
+    version = str((values.get("driver") or {}).get("version", ""))
+    for tag in site.driver_tags:
+        if not tag.startswith(f"{version}-"):
+            raise InputError(
+                f"{site.source}: gpuOperator.driver.tags {tag!r} is not {version}-<os>, the"
+                f" tag chart {chart}'s driver version makes",
+                hint=f"list the tags the operator pulls, e.g. {version}-ubuntu22.04",
+            )
+    return version
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -424,22 +424,74 @@ def prefetch_daemonset(inputs: StackInputs, serving: ModelServing, *, keep: int)
     }
 
 
+# What the Baseline Pod Security level lets a container add to the default capabilities.
+_BASELINE_CAPABILITIES = (
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+)
+_SAFE_SYSCTLS = (
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+)
+_SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+
+
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
 def serving_guard_objects(inputs: StackInputs) -> list[Object]:
     """What the privileged Pod Security level of the serving namespace would otherwise allow.
 
-    hostPath needs that level, and the level then allows everything. This policy gives back
-    the restrictions that matter: hostPath only under the weights folder and only read-only,
-    no privileged containers, no host network, PID or IPC namespaces.
+    hostPath needs that level, and the level then allows everything. This policy gives back the
+    Baseline level's checks (capabilities, seccomp, AppArmor, SELinux, /proc, host ports,
+    sysctls, privileged, host namespaces) and allows hostPath only as an existing folder under
+    the weights path, mounted read-only. Ephemeral (debug) containers are held to the same.
     """
     site = inputs.site
     name = f"sealift-serving-pods-{site.namespace}"
     labels = _labels(inputs, "sealift-serving-guard", name)
     root = site.weights.host_path.rstrip("/") + "/"
+    spec = "object.spec"
     containers = (
-        "((has(object.spec.initContainers) ? object.spec.initContainers : [])"
-        " + object.spec.containers)"
+        f"((has({spec}.initContainers) ? {spec}.initContainers : [])"
+        f" + {spec}.containers"
+        f" + (has({spec}.ephemeralContainers) ? {spec}.ephemeralContainers : []))"
     )
-    volumes = "(has(object.spec.volumes) ? object.spec.volumes : [])"
+    volumes = f"(has({spec}.volumes) ? {spec}.volumes : [])"
+    pod_security = f"(has({spec}.securityContext) ? {spec}.securityContext : {{}})"
+
+    def rule(expression: str, message: str) -> Object:
+        return {"expression": expression, "message": f"in this namespace, {message}"}
+
+    not_unconfined = (
+        "(!has({0}.seccompProfile) || {0}.seccompProfile.type != 'Unconfined')"
+        " && (!has({0}.appArmorProfile) || {0}.appArmorProfile.type != 'Unconfined')"
+        " && (!has({0}.seLinuxOptions) || ((!has({0}.seLinuxOptions.type) ||"
+        f" {_cel_list(_SELINUX_TYPES)}.exists(t, t == {{0}}.seLinuxOptions.type))"
+        " && !has({0}.seLinuxOptions.user) && !has({0}.seLinuxOptions.role)))"
+        " && (!has({0}.windowsOptions) || !has({0}.windowsOptions.hostProcess)"
+        " || !{0}.windowsOptions.hostProcess)"
+    )
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -456,34 +508,60 @@ def serving_guard_objects(inputs: StackInputs) -> list[Object]:
                             "apiGroups": [""],
                             "apiVersions": ["v1"],
                             "operations": ["CREATE", "UPDATE"],
-                            "resources": ["pods"],
+                            "resources": ["pods", "pods/ephemeralcontainers"],
                         }
                     ],
                 },
                 "validations": [
-                    {
-                        "expression": f"{volumes}.all(v, !has(v.hostPath) ||"
-                        f" v.hostPath.path.startsWith('{root}'))",
-                        "message": f"in this namespace, hostPath volumes must be under {root}",
-                    },
-                    {
-                        "expression": f"{containers}.all(c, !has(c.volumeMounts) ||"
-                        f" c.volumeMounts.all(m, !{volumes}.exists(v, v.name == m.name &&"
-                        " has(v.hostPath)) || (has(m.readOnly) && m.readOnly)))",
-                        "message": "in this namespace, hostPath volumes are mounted read-only",
-                    },
-                    {
-                        "expression": f"{containers}.all(c, !has(c.securityContext) ||"
+                    rule(
+                        f"{volumes}.all(v, !has(v.hostPath) || (v.hostPath.path.startsWith("
+                        f"'{root}') && has(v.hostPath.type) && v.hostPath.type == 'Directory'))",
+                        f"hostPath volumes must be existing folders (type Directory) under {root}",
+                    ),
+                    rule(
+                        f"{containers}.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m,"
+                        f" !{volumes}.exists(v, v.name == m.name && has(v.hostPath)) ||"
+                        " (has(m.readOnly) && m.readOnly)))",
+                        "hostPath volumes are mounted read-only",
+                    ),
+                    rule(
+                        f"{containers}.all(c, !has(c.securityContext) ||"
                         " !has(c.securityContext.privileged) || !c.securityContext.privileged)",
-                        "message": "in this namespace, containers may not be privileged",
-                    },
-                    {
-                        "expression": "!(has(object.spec.hostNetwork) && object.spec.hostNetwork)"
-                        " && !(has(object.spec.hostPID) && object.spec.hostPID)"
-                        " && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
-                        "message": "in this namespace, pods may not use the host's network,"
-                        " PID or IPC namespaces",
-                    },
+                        "containers may not be privileged",
+                    ),
+                    rule(
+                        f"{containers}.all(c, !has(c.securityContext) ||"
+                        " !has(c.securityContext.capabilities) ||"
+                        " !has(c.securityContext.capabilities.add) ||"
+                        " c.securityContext.capabilities.add.all(k,"
+                        f" {_cel_list(_BASELINE_CAPABILITIES)}.exists(b, b == k)))",
+                        "containers may add only the Baseline capabilities",
+                    ),
+                    rule(
+                        not_unconfined.format(pod_security)
+                        + f" && {containers}.all(c, !has(c.securityContext) || ("
+                        + not_unconfined.format("c.securityContext")
+                        + "))",
+                        "seccomp and AppArmor may not be Unconfined, nor SELinux widened",
+                    ),
+                    rule(
+                        f"{containers}.all(c, (!has(c.securityContext) ||"
+                        " !has(c.securityContext.procMount) ||"
+                        " c.securityContext.procMount == 'Default') && (!has(c.ports) ||"
+                        " c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)))",
+                        "containers may not unmask /proc or bind host ports",
+                    ),
+                    rule(
+                        f"!has({pod_security}.sysctls) || {pod_security}.sysctls.all(x,"
+                        f" {_cel_list(_SAFE_SYSCTLS)}.exists(s, s == x.name))",
+                        "only the Baseline level's safe sysctls may be set",
+                    ),
+                    rule(
+                        f"!(has({spec}.hostNetwork) && {spec}.hostNetwork)"
+                        f" && !(has({spec}.hostPID) && {spec}.hostPID)"
+                        f" && !(has({spec}.hostIPC) && {spec}.hostIPC)",
+                        "pods may not use the host's network, PID or IPC namespaces",
+                    ),
                 ],
             },
         },
@@ -652,6 +730,8 @@ def serving_objects(
                                     "name": "models",
                                     "mountPath": f"{MODELS_MOUNT}/{model.name}",
                                     "readOnly": True,
+                                    # Nothing mounted beneath it on the host becomes writable.
+                                    "recursiveReadOnly": "IfPossible",
                                 },
                                 {"name": "shm", "mountPath": "/dev/shm"},
                             ],

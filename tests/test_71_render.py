@@ -135,6 +135,8 @@ def test_render_writes_validated_objects_that_run_only_mirror_images(
     assert all(use.image.startswith(MIRROR + "/") for use in uses), uses
     policy = find(objects, "ClusterPolicy", "cluster-policy")
     assert policy["spec"]["driver"]["usePrecompiled"] is True
+    # Precompiled: the operator composes <branch>-<kernel>-<os>, so it is given the branch.
+    assert policy["spec"]["driver"]["version"] == "580"
     assert policy["spec"]["driver"]["repository"] == f"{MIRROR}/nvidia"
     assert policy["spec"]["driver"]["manager"]["repository"] == f"{MIRROR}/nvidia/cloud-native"
     assert policy["spec"]["migManager"]["enabled"] is False
@@ -348,6 +350,13 @@ def test_check_images_refuses_tags_for_sealift_objects() -> None:
         (("name: llama-3.3-70b-instruct", "name: mistral"), "the bundle has no model 'mistral'"),
         (("    tags: [", "    # tags: ["), "the site file lists no gpuOperator.driver.tags"),
         (
+            (
+                "    tags: [580-5.15.0-78",
+                "    tags: [575-5.15.0-78-generic-ubuntu22.04, 580-5.15.0-78",
+            ),
+            "name several driver branches",
+        ),
+        (
             ("  pathStyle: true", "  pathStyle: true\n  hostPath: /"),
             "weights.hostPath",
         ),
@@ -356,8 +365,11 @@ def test_check_images_refuses_tags_for_sealift_objects() -> None:
         (("  driver:\n", "  mig: {strategy: mixed}\n  driver:\n"), "mixed is not supported"),
         (("gpusPerNode: 8", "gpusPerNode: 8\n    migConfig: all-1g.10gb"), "needs a MIG strategy"),
         (
-            ("    tags: [580-5.15.0-78", "    tags: [999-1-generic-ubuntu22.04, 580-5.15.0-78"),
-            "runs nvcr.io/nvidia/driver:999-1-generic-ubuntu22.04, which the bundle does not carry",
+            (
+                "    tags: [580-5.15.0-78",
+                "    tags: [580-9.9.9-1-generic-ubuntu22.04, 580-5.15.0-78",
+            ),
+            "driver:580-9.9.9-1-generic-ubuntu22.04, which the bundle does not carry",
         ),
     ],
 )

@@ -565,9 +565,27 @@ def test_objects_of_a_model_the_site_no_longer_names_are_removed(
 @pytest.mark.parametrize(
     ("volume", "mount", "security", "message"),
     [
-        ({"hostPath": {"path": "/"}}, {"readOnly": True}, {}, "hostPath volumes must be under"),
-        ({"hostPath": {"path": "/opt/models/x"}}, {}, {}, "mounted read-only"),
+        (
+            {"hostPath": {"path": "/", "type": "Directory"}},
+            {"readOnly": True},
+            {},
+            "hostPath volumes must be existing folders",
+        ),
+        (
+            {"hostPath": {"path": "/opt/models/x", "type": "DirectoryOrCreate"}},
+            {"readOnly": True},
+            {},
+            "hostPath volumes must be existing folders",
+        ),
+        ({"hostPath": {"path": "/opt/models/x", "type": "Directory"}}, {}, {}, "mounted read-only"),
         ({"emptyDir": {}}, {}, {"privileged": True}, "may not be privileged"),
+        (
+            {"emptyDir": {}},
+            {},
+            {"capabilities": {"add": ["SYS_ADMIN"]}},
+            "only the Baseline capabilities",
+        ),
+        ({"emptyDir": {}}, {}, {"seccompProfile": {"type": "Unconfined"}}, "may not be Unconfined"),
     ],
 )
 def test_the_serving_namespace_refuses_what_its_privileged_level_would_allow(
@@ -593,7 +611,10 @@ def test_the_serving_namespace_refuses_what_its_privileged_level_would_allow(
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"intruder-{len(message)}", "namespace": namespace},
+        "metadata": {
+            "name": f"intruder-{abs(hash(json.dumps([volume, security])))}",
+            "namespace": namespace,
+        },
         "spec": {
             "containers": [
                 {
@@ -608,3 +629,24 @@ def test_the_serving_namespace_refuses_what_its_privileged_level_would_allow(
     }
     denied = kube_cluster.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
     assert denied.returncode != 0 and message in denied.stderr, denied.stderr
+
+
+def test_a_privileged_debug_container_cannot_be_added_to_a_serving_pod(
+    kube_cluster: Any,
+    registry: RegistryServer,
+    s3: S3Server,
+    releases: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    namespace = "t11"
+    product = "NVIDIA-H100-T11"
+    kube_cluster.add_cpu_node("t11-cpu")
+    kube_cluster.add_gpu_node("t11-gpu-1", product=product, gpus=8)
+    site = write_site(tmp_path / "site.yaml", namespace=namespace, product=product, replicas=1)
+    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t11-prefetch"):
+        assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
+    pod = get(kube_cluster, "pods", "-n", namespace)["items"][0]["metadata"]["name"]
+    debug = kube_cluster.kubectl(
+        "debug", "-n", namespace, pod, "--image=busybox", "--profile=sysadmin", check=False
+    )
+    assert debug.returncode != 0 and "may not be privileged" in debug.stderr, debug.stderr
