@@ -398,6 +398,7 @@ def prune_removed(cluster: KubeCluster, plan: ClusterPlan, progress: Progress) -
     selector = {
         "app.kubernetes.io/managed-by": stack_render.MANAGED_BY,
         "sealift.dev/site": site.name,
+        stack_render.SITE_NAMESPACE_LABEL: site.namespace,
     }
     pruned = []
     for kind in _PRUNED_KINDS:
@@ -497,11 +498,13 @@ def _prove_serving_guard(cluster: KubeCluster, site: Site) -> None:
             "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
         },
     }
+    # The denial must be ours, for the hostPath: another policy refusing first proves nothing.
+    wanted = f"ValidatingAdmissionPolicy '{stack_render.serving_policy_name(site)}'"
     deadline = time.monotonic() + 30
     reason = ""
     while time.monotonic() < deadline:
-        reason = cluster.dry_run_denial(probe)
-        if "ValidatingAdmissionPolicy" in reason:
+        reason = cluster.dry_run_pod_denial(probe)
+        if wanted in reason and "hostPath" in reason:
             return
         time.sleep(0.5)
     raise RemoteError(
@@ -534,15 +537,23 @@ def _prove_agent_policy(cluster: KubeCluster, plan: ClusterPlan, progress: Progr
         "system:authenticated",
     ]
     extra = {"authentication.kubernetes.io/node-name": node}
+    wanted = f"ValidatingAdmissionPolicy '{stack_render.agent_policy_name(site)}'"
+    binding = next(o for o in plan.prefetch if o["kind"] == "ClusterRoleBinding")
     deadline = time.monotonic() + 30
     reason = ""
     while time.monotonic() < deadline:
         reason = cluster.denial_as(user, groups, extra, node, {"sealift.dev/probe": "x"})
-        if "ValidatingAdmissionPolicy" in reason:
+        if wanted in reason:
             return
+        if "cannot impersonate" in reason:
+            cluster.delete(ClusterRoleBinding, binding["metadata"]["name"])
+            raise RemoteError(
+                f"install cannot check the prefetch agents' admission policy: {reason}",
+                hint="install needs cluster-admin (impersonation included); the agents' node"
+                " rights were withdrawn",
+            )
         time.sleep(0.5)
-    binding = next(o for o in plan.prefetch if o["kind"] == "ClusterRoleBinding")
-    cluster.client.delete(ClusterRoleBinding, binding["metadata"]["name"])
+    cluster.delete(ClusterRoleBinding, binding["metadata"]["name"])
     raise RemoteError(
         "the API server does not enforce the prefetch agents' admission policy"
         f" ({reason or 'a dry-run patch as the agent was allowed'}); their node rights were"

@@ -188,8 +188,8 @@ class KubeCluster:
                 )
             time.sleep(0.2)
 
-    def dry_run_denial(self, obj: dict[str, Any]) -> str:
-        """Why the API server refuses to create ``obj``; "" when it would (a dry run: no change)."""
+    def dry_run_pod_denial(self, obj: dict[str, Any]) -> str:
+        """Why the API server refuses to create the Pod ``obj``; "" when it would (a dry run)."""
         meta = obj["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/pods"
 

@@ -171,6 +171,10 @@ def deployment_check(
                     f"{reason}: {problem or condition.message}",
                     hint="fix the cause and run install again",
                 )
+        for condition in status.conditions or []:
+            # Pods refused at creation (an admission policy, a quota) leave no pod to explain.
+            if condition.type == "ReplicaFailure" and condition.status == "True":
+                return f"pods cannot be created: {condition.message or condition.reason}"
         updated, ready = status.updatedReplicas or 0, status.readyReplicas or 0
         available, total = status.availableReplicas or 0, status.replicas or 0
         if updated == wanted and ready == wanted and available == wanted and total == wanted:
@@ -215,7 +219,8 @@ def _first_pod_problem(
         if pod.metadata.deletionTimestamp is not None:
             continue
         problem = pod_problem(pod)
-        if problem and problem.endswith("not ready yet"):
+        pending = pod.status is not None and pod.status.phase == "Pending"
+        if problem and pending and problem.endswith("not ready yet"):
             # No container state says why (a volume that cannot mount, a missing Secret):
             # the kubelet's last warning about the pod does.
             warning = last_warning(cluster, namespace, pod.metadata.name)

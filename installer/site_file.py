@@ -228,6 +228,13 @@ def load_site(path: Path) -> Site:
                 f"{where}.tensorParallelSize {entry['tensorParallelSize']} on MIG pool {pool.name}",
                 hint="a MIG slice cannot join tensor parallelism; use 1, or a pool without MIG",
             )
+        label = entry["name"][:63].rstrip("-._")
+        if any(model.name[:63].rstrip("-._") == label for model in models):
+            raise InputError(
+                f"{where}.name {entry['name']!r} is the same as another model's in its first 63"
+                " characters",
+                hint="node labels carry a model's name; make the names differ earlier",
+            )
         deployment = entry.get("deployment") or entry["name"].replace(".", "-")
         if any(model.deployment == deployment for model in models):
             raise InputError(

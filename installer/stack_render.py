@@ -49,6 +49,7 @@ PRE_STOP_SECONDS = 15
 VLLM_SHUTDOWN_TIMEOUT = TERMINATION_GRACE_SECONDS - PRE_STOP_SECONDS - 15
 STARTUP_PERIOD_SECONDS = 10
 MANAGED_BY = "sealift"
+SITE_NAMESPACE_LABEL = "sealift.dev/site-namespace"
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ def _labels(inputs: StackInputs, component: str, instance: str) -> dict[str, str
         "app.kubernetes.io/version": label_safe(inputs.version),
         "app.kubernetes.io/managed-by": MANAGED_BY,
         "sealift.dev/site": inputs.site.name,
+        # Two site files may share a name; their serving namespaces cannot.
+        SITE_NAMESPACE_LABEL: inputs.site.namespace,
     }
 
 
@@ -163,6 +166,16 @@ def namespace_objects(inputs: StackInputs) -> list[Object]:
     ]
 
 
+def agent_policy_name(site: Site) -> str:
+    """The admission policy that narrows the agents' node rights."""
+    return f"sealift-prefetch-own-node-weights-labels-{site.prefetch_namespace}"
+
+
+def serving_policy_name(site: Site) -> str:
+    """The admission policy that guards pods in the serving namespace."""
+    return f"sealift-serving-pods-{site.namespace}"
+
+
 def prefetch_name(serving: ModelServing) -> str:
     """The prefetch DaemonSet of one model."""
     return f"sealift-prefetch-{serving.deployment}"[:63].rstrip("-")
@@ -184,7 +197,7 @@ def prefetch_access_objects(inputs: StackInputs) -> list[Object]:
     labels = _labels(inputs, "sealift-prefetch", "sealift-prefetch")
     user = f"system:serviceaccount:{namespace}:{PREFETCH_SERVICE_ACCOUNT}"
     role_name = f"sealift-prefetch-node-labels-{namespace}"
-    policy_name = f"sealift-prefetch-own-node-weights-labels-{namespace}"
+    policy_name = agent_policy_name(inputs.site)
     node_key = "authentication.kubernetes.io/node-name"
     only_weights_labels = (
         "(has(object.metadata.labels) ? object.metadata.labels : {}).all(k,"
@@ -468,7 +481,7 @@ def serving_guard_objects(inputs: StackInputs) -> list[Object]:
     the weights path, mounted read-only. Ephemeral (debug) containers are held to the same.
     """
     site = inputs.site
-    name = f"sealift-serving-pods-{site.namespace}"
+    name = serving_policy_name(site)
     labels = _labels(inputs, "sealift-serving-guard", name)
     root = site.weights.host_path.rstrip("/") + "/"
     spec = "object.spec"
