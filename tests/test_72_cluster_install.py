@@ -23,7 +23,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 from support.cluster_release import MODEL_NAME, make_cluster_release, write_site
-from support.fake_gpu_stack import FakeGpuStack, cluster_entry, write_token_kubeconfig
+from support.fake_gpu_stack import FakeGpuStack, pod_kubeconfig
 from support.pki import write_key_pair
 from support.registry_server import RegistryServer
 from support.s3_server import CREDENTIALS, S3Server, moto_server_binary
@@ -121,6 +121,29 @@ def install(
     return CliRunner().invoke(main, args, env={**CREDENTIALS, "AWS_ENDPOINT_URL": ""})
 
 
+def gpu_pool(kube: Any, test: str, *, gpu_nodes: int = 1) -> str:
+    """A CPU node and 8-GPU nodes of a GPU product of the test's own; returns the product."""
+    product = f"NVIDIA-H100-{test.upper()}"
+    kube.add_cpu_node(f"{test}-cpu")
+    for n in range(1, gpu_nodes + 1):
+        kube.add_gpu_node(f"{test}-gpu-{n}", product=product, gpus=8)
+    return product
+
+
+def agents(kube: Any, test: str) -> FakeGpuStack:
+    """The fake operator and prefetch agents, for the site of the test's own namespaces."""
+    return FakeGpuStack(kube.kubectl, kube.kubeconfig, f"{test}-prefetch")
+
+
+def agent_kubeconfig(kube: Any, test: str, node: str, path: Path) -> Path:
+    """A kubeconfig as the prefetch agent on ``node``: its pod's bound service-account token."""
+    pods = get(
+        kube, "pods", "-n", f"{test}-prefetch", "-l", "app.kubernetes.io/name=sealift-prefetch"
+    )
+    pod = next(p for p in pods["items"] if p["spec"]["nodeName"] == node)
+    return pod_kubeconfig(kube.kubectl, kube.kubeconfig, pod, path)
+
+
 def get(kube: Any, *args: str) -> Any:
     return json.loads(kube.kubectl("get", *args, "-o", "json").stdout)
 
@@ -162,14 +185,11 @@ def test_install_brings_up_the_stack_and_a_rerun_changes_nothing(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T1"
-    kube_cluster.add_cpu_node("t1-cpu")
-    for n in (1, 2):
-        kube_cluster.add_gpu_node(f"t1-gpu-{n}", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t1", gpu_nodes=2)
     site = write_site(tmp_path / "site.yaml", namespace="t1", product=product, replicas=2)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t1-prefetch") as fake:
+    with agents(kube_cluster, "t1") as fake:
         result = install(kube_cluster, registry, s3, releases, "2026.12.0", site, "--json")
-        assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
+        assert result.exit_code == 0, result.output + fake.problems
         report = json.loads(result.stdout)
         assert report["cluster"]["objectsChanged"] > 10
         deployment = get(kube_cluster, "deploy", DEPLOYMENT, "-n", "t1")
@@ -193,18 +213,15 @@ def test_upgrade_prefetches_beside_the_old_weights_then_rolls_then_drops_them(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T2"
-    kube_cluster.add_cpu_node("t2-cpu")
-    for n in (1, 2):
-        kube_cluster.add_gpu_node(f"t2-gpu-{n}", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t2", gpu_nodes=2)
     site = write_site(tmp_path / "site.yaml", namespace="t2", product=product, replicas=2)
     old = weights_label(releases["bundles"]["2026.12.0"]["weights"])
     new = weights_label(releases["bundles"]["2026.12.1"]["weights"])
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t2-prefetch") as fake:
+    with agents(kube_cluster, "t2") as fake:
         first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
-        assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
+        assert first.exit_code == 0, first.output + fake.problems
         result = install(kube_cluster, registry, s3, releases, "2026.12.1", site, "--json")
-        assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
+        assert result.exit_code == 0, result.output + fake.problems
         assert json.loads(result.stdout)["cluster"]["upgraded"] == [MODEL_NAME]
         # While the rollout ran, both versions were on every node (keep 2), then only the new.
         assert all(len(models[MODEL_NAME]) == 1 for models in fake.disk.values())
@@ -227,14 +244,12 @@ def test_a_rollout_without_gpus_to_spare_stalls_with_the_scheduler_reason(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T3"
-    kube_cluster.add_cpu_node("t3-cpu")
-    kube_cluster.add_gpu_node("t3-gpu-1", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t3")
     # Two replicas of 8 GPUs on one 8-GPU node: the second can never be scheduled.
     site = write_site(
         tmp_path / "site.yaml", namespace="t3", product=product, tp=8, replicas=2, timeout="20s"
     )
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t3-prefetch"):
+    with agents(kube_cluster, "t3"):
         result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
     assert result.exit_code == 6, result.output
     line = result.stderr.strip().splitlines()[-1]
@@ -252,15 +267,13 @@ def test_an_upgrade_without_a_spare_gpu_for_max_surge_says_so(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T5"
-    kube_cluster.add_cpu_node("t5-cpu")
-    kube_cluster.add_gpu_node("t5-gpu-1", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t5")
     site = write_site(
         tmp_path / "site.yaml", namespace="t5", product=product, tp=8, replicas=1, timeout="20s"
     )
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t5-prefetch") as fake:
+    with agents(kube_cluster, "t5") as fake:
         first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
-        assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
+        assert first.exit_code == 0, first.output + fake.problems
         result = install(kube_cluster, registry, s3, releases, "2026.12.1", site)
     assert result.exit_code == 6, result.output
     line = result.stderr.strip().splitlines()[-1]
@@ -280,10 +293,7 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T4"
-    kube_cluster.add_cpu_node("t4-cpu")
-    for n in (1, 2):
-        kube_cluster.add_gpu_node(f"t4-gpu-{n}", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t4", gpu_nodes=2)
     site = write_site(tmp_path / "site.yaml", namespace="t4", product=product, tp=1, replicas=1)
     # The pool also asks for a MIG layout: install labels its nodes for the MIG manager.
     text = site.read_text().replace(
@@ -291,7 +301,7 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
         "  mig: {strategy: single}\n  driver:\n",
     )
     site.write_text(text.replace("gpusPerNode: 8", "gpusPerNode: 8\n    migConfig: all-3g.40gb"))
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t4-prefetch"):
+    with agents(kube_cluster, "t4"):
         result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
         assert result.exit_code == 0, result.output
     mig = {
@@ -299,34 +309,7 @@ def test_prefetch_agents_may_label_only_their_own_node_and_only_weights_labels(
         for name, labels in nodes_labels(kube_cluster, product).items()
     }
     assert mig == {"t4-gpu-1": "all-3g.40gb", "t4-gpu-2": "all-3g.40gb"}
-    pod = next(
-        p
-        for p in get(
-            kube_cluster,
-            "pods",
-            "-n",
-            "t4-prefetch",
-            "-l",
-            "app.kubernetes.io/name=sealift-prefetch",
-        )["items"]
-        if p["spec"]["nodeName"] == "t4-gpu-1"
-    )
-    token = kube_cluster.kubectl(
-        "create",
-        "token",
-        "sealift-prefetch",
-        "-n",
-        "t4-prefetch",
-        "--bound-object-kind",
-        "Pod",
-        "--bound-object-name",
-        pod["metadata"]["name"],
-        "--bound-object-uid",
-        pod["metadata"]["uid"],
-    ).stdout.strip()
-    config = write_token_kubeconfig(
-        tmp_path / "agent.yaml", cluster_entry(kube_cluster.kubeconfig), token
-    )
+    config = agent_kubeconfig(kube_cluster, "t4", "t4-gpu-1", tmp_path / "agent.yaml")
     digest = releases["bundles"]["2026.12.0"]["weights"]
     # Its own node: allowed.
     assert apply_node_labels("t4-gpu-1", MODEL_NAME, [digest], kubeconfig=config)
@@ -361,35 +344,15 @@ def test_the_prefetch_command_labels_its_node_through_the_agent_identity(
     tmp_path: Path,
 ) -> None:
     """The real agent, run by hand as the DaemonSet runs it: weights from the store, a label."""
-    product = "NVIDIA-H100-T6"
-    kube_cluster.add_cpu_node("t6-cpu")
-    kube_cluster.add_gpu_node("t6-gpu-1", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t6")
     site = write_site(tmp_path / "site.yaml", namespace="t6", product=product, replicas=1)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t6-prefetch"):
+    with agents(kube_cluster, "t6"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
     # Forget what the fake agent did, then let the real one do it.
     node = get(kube_cluster, "node", "t6-gpu-1")["metadata"]["labels"]
     for key in [k for k in node if k.startswith("weights.sealift.dev/")]:
         kube_cluster.kubectl("label", "node", "t6-gpu-1", f"{key}-")
-    pod = get(
-        kube_cluster, "pods", "-n", "t6-prefetch", "-l", "app.kubernetes.io/name=sealift-prefetch"
-    )["items"][0]
-    token = kube_cluster.kubectl(
-        "create",
-        "token",
-        "sealift-prefetch",
-        "-n",
-        "t6-prefetch",
-        "--bound-object-kind",
-        "Pod",
-        "--bound-object-name",
-        pod["metadata"]["name"],
-        "--bound-object-uid",
-        pod["metadata"]["uid"],
-    ).stdout.strip()
-    config = write_token_kubeconfig(
-        tmp_path / "agent.yaml", cluster_entry(kube_cluster.kubeconfig), token
-    )
+    config = agent_kubeconfig(kube_cluster, "t6", "t6-gpu-1", tmp_path / "agent.yaml")
     result = CliRunner().invoke(
         main,
         [
@@ -447,11 +410,9 @@ def test_a_mirror_tag_moved_after_install_is_refused_before_anything_is_applied(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T7"
-    kube_cluster.add_cpu_node("t7-cpu")
-    kube_cluster.add_gpu_node("t7-gpu-1", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t7")
     site = write_site(tmp_path / "site.yaml", namespace="t7", product=product, replicas=1)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t7-prefetch"):
+    with agents(kube_cluster, "t7"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
     # Someone with write access to the mirror points the operator's tag at another image.
     base = f"docker://{registry.host}/mirror/nvidia"
@@ -533,19 +494,17 @@ def test_objects_of_a_model_the_site_no_longer_names_are_removed(
     releases: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    product = "NVIDIA-H100-T9"
-    kube_cluster.add_cpu_node("t9-cpu")
-    kube_cluster.add_gpu_node("t9-gpu-1", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t9")
     site = write_site(tmp_path / "site.yaml", namespace="t9", product=product, replicas=1)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t9-prefetch") as fake:
+    with agents(kube_cluster, "t9") as fake:
         first = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
-        assert first.exit_code == 0, first.output + "\n".join(sorted(set(fake.errors)))
+        assert first.exit_code == 0, first.output + fake.problems
         # The same model, now served under another name: the old objects must go.
         site.write_text(
             site.read_text().replace("    pool: h100", "    pool: h100\n    deployment: chat")
         )
         result = install(kube_cluster, registry, s3, releases, "2026.12.0", site, "--json")
-        assert result.exit_code == 0, result.output + "\n".join(sorted(set(fake.errors)))
+        assert result.exit_code == 0, result.output + fake.problems
     removed = json.loads(result.stdout)["cluster"]["removed"]
     assert sorted(removed) == sorted(
         [
@@ -601,11 +560,9 @@ def test_the_serving_namespace_refuses_what_its_privileged_level_would_allow(
 ) -> None:
     namespace = "t10"
     if kube_cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
-        product = "NVIDIA-H100-T10"
-        kube_cluster.add_cpu_node("t10-cpu")
-        kube_cluster.add_gpu_node("t10-gpu-1", product=product, gpus=8)
+        product = gpu_pool(kube_cluster, "t10")
         site = write_site(tmp_path / "site.yaml", namespace=namespace, product=product, replicas=1)
-        with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t10-prefetch"):
+        with agents(kube_cluster, "t10"):
             result = install(kube_cluster, registry, s3, releases, "2026.12.0", site)
             assert result.exit_code == 0, result.output  # vLLM's own pods pass the policy
     pod = {
@@ -639,11 +596,9 @@ def test_a_privileged_debug_container_cannot_be_added_to_a_serving_pod(
     tmp_path: Path,
 ) -> None:
     namespace = "t11"
-    product = "NVIDIA-H100-T11"
-    kube_cluster.add_cpu_node("t11-cpu")
-    kube_cluster.add_gpu_node("t11-gpu-1", product=product, gpus=8)
+    product = gpu_pool(kube_cluster, "t11")
     site = write_site(tmp_path / "site.yaml", namespace=namespace, product=product, replicas=1)
-    with FakeGpuStack(kube_cluster.kubectl, kube_cluster.kubeconfig, "t11-prefetch"):
+    with agents(kube_cluster, "t11"):
         assert install(kube_cluster, registry, s3, releases, "2026.12.0", site).exit_code == 0
     pod = get(kube_cluster, "pods", "-n", namespace)["items"][0]["metadata"]["name"]
     debug = kube_cluster.kubectl(

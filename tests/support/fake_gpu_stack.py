@@ -31,7 +31,7 @@ class FakeGpuStack:
 
     def __init__(self, kubectl: Any, admin_kubeconfig: Path, namespace: str) -> None:
         self._kubectl = kubectl
-        self._cluster = cluster_entry(admin_kubeconfig)
+        self._admin = admin_kubeconfig
         self._namespace = namespace
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -129,25 +129,29 @@ class FakeGpuStack:
             self.labelled_pods.add(name)
 
     def _kubeconfig_for(self, pod: dict[str, Any]) -> Path:
-        """A kubeconfig holding a token of the pod's service account, bound to the pod."""
-        token = self._kubectl(
-            "create",
-            "token",
-            pod["spec"]["serviceAccountName"],
-            "-n",
-            self._namespace,
-            "--bound-object-kind",
-            "Pod",
-            "--bound-object-name",
-            pod["metadata"]["name"],
-            "--bound-object-uid",
-            pod["metadata"]["uid"],
-            "--duration",
-            "10m",
-        ).stdout.strip()
-        return write_token_kubeconfig(
-            self._work / f"{pod['metadata']['name']}.yaml", self._cluster, token
+        return pod_kubeconfig(
+            self._kubectl, self._admin, pod, self._work / f"{pod['metadata']['name']}.yaml"
         )
+
+    @property
+    def problems(self) -> str:
+        """What went wrong while playing, once per message, for an assertion's output."""
+        return "\n".join(sorted(set(self.errors)))
+
+
+def pod_kubeconfig(kubectl: Any, admin_kubeconfig: Path, pod: dict[str, Any], path: Path) -> Path:
+    """A kubeconfig at ``path`` holding a token of the pod's service account, bound to the pod.
+
+    Bound to a pod on a node, the token carries that node's name: what the agent's own token
+    carries in a real cluster.
+    """
+    meta = pod["metadata"]
+    token = kubectl(
+        "create", "token", pod["spec"]["serviceAccountName"], "-n", meta["namespace"],
+        "--bound-object-kind", "Pod", "--bound-object-name", meta["name"],
+        "--bound-object-uid", meta["uid"], "--duration", "10m",
+    ).stdout.strip()  # fmt: skip
+    return write_token_kubeconfig(path, cluster_entry(admin_kubeconfig), token)
 
 
 def cluster_entry(kubeconfig: Path) -> dict[str, Any]:
