@@ -80,25 +80,17 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "bundle": bundle, "policy": policy, "wrong": wrong}
 
 
-def render(signed: dict[str, Path], site: Path, out: Path, *extra: str) -> Result:
-    args = [
-        "render",
-        str(signed["bundle"]),
-        "--registry",
-        MIRROR,
-        "--weights",
-        "s3://models/llm",
-        "--policy",
-        str(signed["policy"]),
-        "--site",
-        str(site),
-        "--helm",
-        str(HELM),
-        "-o",
-        str(out),
-        "-q",
-        *extra,
-    ]
+def render(
+    signed: dict[str, Path],
+    site: Path,
+    out: Path,
+    *extra: str,
+    policy: Path | None = None,
+    helm: Path = HELM,
+) -> Result:
+    args = ["render", str(signed["bundle"]), "--registry", MIRROR, "--weights", "s3://models/llm",
+            "--policy", str(policy or signed["policy"]), "--site", str(site), "--helm", str(helm),
+            "-o", str(out), "-q", *extra]  # fmt: skip
     return CliRunner().invoke(main, args)
 
 
@@ -291,6 +283,11 @@ def test_a_chart_that_names_an_outside_image_is_refused_and_nothing_is_written(
     assert not out.exists()
 
 
+def pod_running(image: str) -> dict[str, Any]:
+    return {"kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": image}]}}  # fmt: skip
+
+
 def test_images_are_found_in_every_shape_they_hide_in() -> None:
     mirror = MirrorTarget("mirror.local", "llm")
     custom = {
@@ -308,30 +305,18 @@ def test_images_are_found_in_every_shape_they_hide_in() -> None:
     assert found == {"quay.io/x:1", "mirror.local/llm/y", "ghcr.io/evil:1", "docker.io/helper:2"}
     with pytest.raises(Exception, match="not in the mirror"):
         check_images([custom], mirror, pinned=False)
-    lookalike = {
-        "kind": "Pod",
-        "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "c", "image": "mirror.local/llm-evil/x:1"}]},
-    }
+    lookalike = pod_running("mirror.local/llm-evil/x:1")
     with pytest.raises(Exception, match="not in the mirror"):
         check_images([lookalike], mirror, pinned=False)
 
 
 def test_check_images_refuses_tags_for_sealift_objects() -> None:
     mirror = MirrorTarget("mirror.local", "llm")
-    pod = {
-        "kind": "Pod",
-        "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "c", "image": "mirror.local/llm/x:1"}]},
-    }
+    pod = pod_running("mirror.local/llm/x:1")
     assert check_images([pod], mirror, pinned=False) == 1
     with pytest.raises(Exception, match="by tag"):
         check_images([pod], mirror, pinned=True)
-    other = {
-        "kind": "Pod",
-        "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "c", "image": "mirror.local/other/x:1"}]},
-    }
+    other = pod_running("mirror.local/other/x:1")
     with pytest.raises(Exception, match="not in the mirror"):
         check_images([other], mirror, pinned=False)
 
@@ -420,46 +405,14 @@ def test_a_bundle_signed_by_someone_else_is_not_rendered(
 ) -> None:
     site = write_site(tmp_path / "site.yaml")
     out = tmp_path / "m"
-    args = [
-        "render",
-        str(signed["bundle"]),
-        "--registry",
-        MIRROR,
-        "--weights",
-        "s3://m/llm",
-        "--policy",
-        str(signed["wrong"]),
-        "--site",
-        str(site),
-        "--helm",
-        str(HELM),
-        "-o",
-        str(out),
-    ]
-    result = CliRunner().invoke(main, args)
+    result = render(signed, site, out, policy=signed["wrong"])
     assert result.exit_code == 3, result.output
     assert not out.exists()
 
 
 def test_missing_helm_is_a_resource_error(signed: dict[str, Path], tmp_path: Path) -> None:
     site = write_site(tmp_path / "site.yaml")
-    args = [
-        "render",
-        str(signed["bundle"]),
-        "--registry",
-        MIRROR,
-        "--weights",
-        "s3://m/llm",
-        "--policy",
-        str(signed["policy"]),
-        "--site",
-        str(site),
-        "--helm",
-        str(tmp_path / "nohelm"),
-        "-o",
-        str(tmp_path / "m"),
-    ]
-    result = CliRunner().invoke(main, args)
+    result = render(signed, site, tmp_path / "m", helm=tmp_path / "nohelm")
     assert result.exit_code == 5, result.output
     assert "helm was not found" in result.stderr
 
