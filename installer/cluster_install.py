@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -165,18 +165,8 @@ def plan_cluster(
     }
     operator = [_with_namespace(obj, site.operator_namespace, cluster_kinds) for obj in operator]
     gpu_operator.pin_workload_images(operator, matched)
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": site.operator_namespace,
-            "labels": {
-                "app.kubernetes.io/managed-by": stack_render.MANAGED_BY,
-                # The operator's DaemonSets load drivers and device plugins: privileged by nature.
-                "pod-security.kubernetes.io/enforce": "privileged",
-            },
-        },
-    }
+    # The operator's DaemonSets load drivers and device plugins: privileged by nature.
+    namespace = stack_render.privileged_namespace(site.operator_namespace, warn_baseline=False)
     operator = [namespace, *operator]
     prefetch, serving = stack_render.stack_objects(inputs, keep=keep)
     validate_objects([*operator, *prefetch, *serving])
@@ -481,6 +471,29 @@ def _apply_and_wait_prefetch(
     return applied
 
 
+def _refusal(
+    attempt: Callable[[], str],
+    proves: Callable[[str], bool],
+    stop: Callable[[str], bool] = lambda _: False,
+) -> tuple[bool, str]:
+    """Repeat a dry run until the API server refuses it in the way that ``proves`` the policy.
+
+    The API server loads a new admission policy asynchronously, so this polls for up to 30 s.
+    Returns whether it was proven, and the last refusal ("" when the request was allowed).
+    ``stop`` ends the polling early on a refusal no amount of waiting changes.
+    """
+    deadline = time.monotonic() + 30
+    reason = ""
+    while time.monotonic() < deadline:
+        reason = attempt()
+        if proves(reason):
+            return True, reason
+        if stop(reason):
+            break
+        time.sleep(0.5)
+    return False, reason
+
+
 def _prove_serving_guard(cluster: KubeCluster, site: Site) -> None:
     """A dry-run pod with the host's root mounted, in the serving namespace: refused?"""
     probe = {
@@ -500,13 +513,11 @@ def _prove_serving_guard(cluster: KubeCluster, site: Site) -> None:
     }
     # The denial must be ours, for the hostPath: another policy refusing first proves nothing.
     wanted = f"ValidatingAdmissionPolicy '{stack_render.serving_policy_name(site)}'"
-    deadline = time.monotonic() + 30
-    reason = ""
-    while time.monotonic() < deadline:
-        reason = cluster.dry_run_pod_denial(probe)
-        if wanted in reason and "hostPath" in reason:
-            return
-        time.sleep(0.5)
+    proven, reason = _refusal(
+        lambda: cluster.dry_run_pod_denial(probe), lambda r: wanted in r and "hostPath" in r
+    )
+    if proven:
+        return
     raise RemoteError(
         "the API server does not enforce the serving namespace's pod policy"
         f" ({reason or 'a dry-run pod mounting / was allowed'}); no serving pods were created",
@@ -517,8 +528,7 @@ def _prove_serving_guard(cluster: KubeCluster, site: Site) -> None:
 def _prove_agent_policy(cluster: KubeCluster, plan: ClusterPlan, progress: Progress) -> None:
     """A dry-run label patch as the agent, on its own node, of a label it may not set: refused?
 
-    The API server loads a new admission policy asynchronously, so this polls for a while. If
-    the policy never bites, the node rights are withdrawn and install stops.
+    If the policy never bites, the node rights are withdrawn and install stops.
     """
     from lightkube.resources.core_v1 import Node
     from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
@@ -539,21 +549,20 @@ def _prove_agent_policy(cluster: KubeCluster, plan: ClusterPlan, progress: Progr
     extra = {"authentication.kubernetes.io/node-name": node}
     wanted = f"ValidatingAdmissionPolicy '{stack_render.agent_policy_name(site)}'"
     binding = next(o for o in plan.prefetch if o["kind"] == "ClusterRoleBinding")
-    deadline = time.monotonic() + 30
-    reason = ""
-    while time.monotonic() < deadline:
-        reason = cluster.denial_as(user, groups, extra, node, {"sealift.dev/probe": "x"})
-        if wanted in reason:
-            return
-        if "cannot impersonate" in reason:
-            cluster.delete(ClusterRoleBinding, binding["metadata"]["name"])
-            raise RemoteError(
-                f"install cannot check the prefetch agents' admission policy: {reason}",
-                hint="install needs cluster-admin (impersonation included); the agents' node"
-                " rights were withdrawn",
-            )
-        time.sleep(0.5)
+    proven, reason = _refusal(
+        lambda: cluster.denial_as(user, groups, extra, node, {"sealift.dev/probe": "x"}),
+        lambda r: wanted in r,
+        stop=lambda r: "cannot impersonate" in r,
+    )
+    if proven:
+        return
     cluster.delete(ClusterRoleBinding, binding["metadata"]["name"])
+    if "cannot impersonate" in reason:
+        raise RemoteError(
+            f"install cannot check the prefetch agents' admission policy: {reason}",
+            hint="install needs cluster-admin (impersonation included); the agents' node"
+            " rights were withdrawn",
+        )
     raise RemoteError(
         "the API server does not enforce the prefetch agents' admission policy"
         f" ({reason or 'a dry-run patch as the agent was allowed'}); their node rights were"

@@ -54,6 +54,14 @@ def _content(obj: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 
+def _message(response: Any) -> str:
+    """The API server's own words from an error response (a Status), else its body."""
+    try:
+        return str(response.json().get("message", response.text))
+    except ValueError:
+        return str(response.text)
+
+
 def translate(what: str, problem: Exception) -> RemoteError:
     """An API or connection failure as the one-line error the CLI prints."""
     from lightkube.core.exceptions import ApiError
@@ -111,16 +119,23 @@ class KubeCluster:
 
     def server_version(self) -> str:
         """The API server's version, e.g. ``1.37.2`` (helm renders charts for it)."""
-
-        def get() -> dict[str, Any]:
-            # lightkube has no call for /version; its authenticated httpx client does the GET.
-            response = self._client._client._client.get("/version")
-            response.raise_for_status()
-            info: dict[str, Any] = response.json()
-            return info
-
-        info = self._call("GET /version", get)
+        response = self._raw("GET /version", "GET", "/version")
+        if response.status_code >= 300:
+            raise RemoteError(
+                f"GET /version: the API server answered {response.status_code}:"
+                f" {_message(response)}",
+                hint="check the kubeconfig's server address and credentials",
+            )
+        info: dict[str, Any] = response.json()
         return str(info.get("gitVersion", "")).lstrip("v").split("+")[0].split("-")[0]
+
+    def _raw(self, what: str, method: str, path: str, **kwargs: Any) -> Any:
+        """One request lightkube has no call for (/version, a dry run per call, impersonation),
+        through lightkube's own authenticated httpx client; the response whatever its status.
+        """
+        return self._call(
+            what, lambda: self._client._client._client.request(method, path, **kwargs)
+        )
 
     def _resource(self, obj: dict[str, Any]) -> Any:
         from lightkube import codecs
@@ -193,22 +208,11 @@ class KubeCluster:
         meta = obj["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/pods"
 
-        def create() -> Any:
-            # lightkube's create has no dry-run flag per call; its httpx client does the POST.
-            return self._client._client._client.post(
-                path,
-                params={"dryRun": "All"},
-                content=json.dumps(obj),
-                headers={"Content-Type": "application/json"},
-            )
-
-        response = self._call(f"dry-run create of {object_label(obj)}", create)
-        if response.status_code < 300:
-            return ""
-        try:
-            return str(response.json().get("message", response.text))
-        except ValueError:
-            return response.text
+        response = self._raw(
+            f"dry-run create of {object_label(obj)}", "POST", path, params={"dryRun": "All"},
+            content=json.dumps(obj), headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        return "" if response.status_code < 300 else _message(response)
 
     def denial_as(
         self, user: str, groups: list[str], extra: dict[str, str], node: str, labels: dict[str, str]
@@ -223,19 +227,11 @@ class KubeCluster:
         headers += [(f"Impersonate-Extra-{quote(k, safe='')}", v) for k, v in extra.items()]
         body = json.dumps({"metadata": {"labels": labels}})
 
-        def patch() -> Any:
-            # lightkube has no impersonation per request; its authenticated httpx client does.
-            return self._client._client._client.patch(
-                f"/api/v1/nodes/{node}", params={"dryRun": "All"}, headers=headers, content=body
-            )
-
-        response = self._call(f"dry-run label patch of node {node} as {user}", patch)
-        if response.status_code < 300:
-            return ""
-        try:
-            return str(response.json().get("message", response.text))
-        except ValueError:
-            return response.text
+        response = self._raw(
+            f"dry-run label patch of node {node} as {user}", "PATCH", f"/api/v1/nodes/{node}",
+            params={"dryRun": "All"}, headers=headers, content=body,
+        )  # fmt: skip
+        return "" if response.status_code < 300 else _message(response)
 
     def get(self, kind: Any, name: str, namespace: str | None = None) -> Any | None:
         """An object, or None when it does not exist."""

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from sealift.documents import load_document
 from sealift.errors import InputError
+from sealift.prefetch.node_label import label_value
 from sealift.units import parse_duration
 
 SCHEMA_NAME = "site.v1alpha1.json"
@@ -228,8 +229,8 @@ def load_site(path: Path) -> Site:
                 f"{where}.tensorParallelSize {entry['tensorParallelSize']} on MIG pool {pool.name}",
                 hint="a MIG slice cannot join tensor parallelism; use 1, or a pool without MIG",
             )
-        label = entry["name"][:63].rstrip("-._")
-        if any(model.name[:63].rstrip("-._") == label for model in models):
+        label = label_value(entry["name"])
+        if any(label_value(model.name) == label for model in models):
             raise InputError(
                 f"{where}.name {entry['name']!r} is the same as another model's in its first 63"
                 " characters",

@@ -150,20 +150,23 @@ def namespace_objects(inputs: StackInputs) -> list[Object]:
     where serving teams create pods.
     """
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "app.kubernetes.io/managed-by": MANAGED_BY,
-                    "pod-security.kubernetes.io/enforce": "privileged",
-                    "pod-security.kubernetes.io/warn": "baseline",
-                },
-            },
-        }
+        privileged_namespace(name, warn_baseline=True)
         for name in (inputs.site.namespace, inputs.site.prefetch_namespace)
     ]
+
+
+def privileged_namespace(name: str, *, warn_baseline: bool) -> Object:
+    """A namespace sealift manages at the privileged Pod Security level.
+
+    ``warn_baseline`` makes kubectl warn about pods that would break the Baseline level.
+    """
+    labels = {
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "pod-security.kubernetes.io/enforce": "privileged",
+    }
+    if warn_baseline:
+        labels["pod-security.kubernetes.io/warn"] = "baseline"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
 
 def agent_policy_name(site: Site) -> str:
