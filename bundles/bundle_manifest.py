@@ -35,6 +35,20 @@ class Artifact:
     source: str = ""
     platforms: tuple[str, ...] = ()
 
+    @property
+    def repository(self) -> str:
+        """The repository part of ``ref`` (``vllm/vllm-openai`` of ``vllm/vllm-openai:v1``)."""
+        return self.ref.rpartition(":")[0]
+
+    @property
+    def tag(self) -> str:
+        """The tag part of ``ref``."""
+        return self.ref.rpartition(":")[2]
+
+    def is_repository(self, path: str) -> bool:
+        """Whether the repository is ``path``, or ends with ``/path`` (a vendor's own prefix)."""
+        return self.repository == path or self.repository.endswith("/" + path)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; empty optional fields are left out so they do not churn the digest."""
         out: dict[str, Any] = {

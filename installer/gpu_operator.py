@@ -26,6 +26,7 @@ import yaml
 
 from sealift.bundles.bundle_manifest import Artifact
 from sealift.errors import InputError, ResourceError
+from sealift.image_reference import looks_like_host
 from sealift.installer.mirror import MirrorTarget
 from sealift.installer.site_file import GPU_TAINT_KEY, Site
 
@@ -100,9 +101,8 @@ def _matches(repository: str, artifact: Artifact) -> bool:
     # The bundle drops the source registry's host, and a vendor may have added a prefix of its
     # own (registry/prefix/nvidia/x): match the path after the host as a suffix.
     first, _, rest = repository.partition("/")
-    path = rest if rest and ("." in first or ":" in first or first == "localhost") else repository
-    bundle_repository = artifact.ref.rpartition(":")[0]
-    return bundle_repository == path or bundle_repository.endswith("/" + path)
+    path = rest if rest and looks_like_host(first) else repository
+    return artifact.is_repository(path)
 
 
 def _match_one(
@@ -111,7 +111,7 @@ def _match_one(
     candidates = [
         artifact
         for artifact in images
-        if _matches(wanted.repository, artifact) and artifact.ref.rpartition(":")[2] == tag
+        if _matches(wanted.repository, artifact) and artifact.tag == tag
     ]
     if not candidates or not tag:
         where = ".".join(wanted.path) or "(top level)"
@@ -122,8 +122,9 @@ def _match_one(
         )
     # The longest matching name is the most specific one.
     best = max(candidates, key=lambda a: len(a.ref))
-    repository = best.ref.rpartition(":")[0]
-    return MirroredImage(wanted, best, f"{mirror.registry}/{mirror.repository(repository)}", tag)
+    return MirroredImage(
+        wanted, best, f"{mirror.registry}/{mirror.repository(best.repository)}", tag
+    )
 
 
 def match_images(

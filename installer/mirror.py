@@ -51,8 +51,7 @@ class MirrorTarget:
 
 def mirror_reference(target: MirrorTarget, artifact: Artifact) -> str:
     """Where ``install`` puts a bundle image: ``host/prefix/repository@digest``, pinned."""
-    repository = artifact.ref.rpartition(":")[0]
-    return f"{target.registry}/{target.repository(repository)}@{artifact.digest}"
+    return f"{target.registry}/{target.repository(artifact.repository)}@{artifact.digest}"
 
 
 def parse_mirror_target(text: str) -> MirrorTarget:

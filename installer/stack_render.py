@@ -118,11 +118,7 @@ def find_image(inputs: StackInputs, wanted: str, *, what: str) -> Artifact:
     matches = [
         image
         for image in inputs.images
-        if (
-            image.ref.rpartition(":")[0] == name
-            or image.ref.rpartition(":")[0].endswith("/" + name)
-        )
-        and (not tag or image.ref.rpartition(":")[2] == tag)
+        if image.is_repository(name) and (not tag or image.tag == tag)
     ]
     if len(matches) != 1:
         names = ", ".join(sorted(image.ref for image in inputs.images)) or "none"

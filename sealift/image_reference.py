@@ -46,7 +46,8 @@ class ImageReference:
         return text
 
 
-def _looks_like_host(part: str) -> bool:
+def looks_like_host(part: str) -> bool:
+    """Whether the first path component of a reference is a registry host, as Docker decides."""
     return "." in part or ":" in part or part == "localhost"
 
 
@@ -65,7 +66,7 @@ def parse_reference(
         check_digest(digest, what=f"{what} {text!r} digest")
     registry = ""
     first, _, remainder = rest.partition("/")
-    if remainder and _looks_like_host(first):
+    if remainder and looks_like_host(first):
         registry, rest = first, remainder
     elif not local:
         registry = DEFAULT_REGISTRY
